@@ -1,0 +1,16 @@
+"""Canonical data: the ``Example``/``Passage`` schema, file I/O, dataset loaders and statistics."""
+
+from ragrl.data.io import LoadReport, read_corpus, read_examples, write_corpus, write_examples
+from ragrl.data.schema import Example, Passage, SubQuestion, passage_id
+
+__all__ = [
+    "Example",
+    "LoadReport",
+    "Passage",
+    "SubQuestion",
+    "passage_id",
+    "read_corpus",
+    "read_examples",
+    "write_corpus",
+    "write_examples",
+]

@@ -1,0 +1,199 @@
+"""The typed records every part of ragrl exchanges: ``Passage``, ``SubQuestion`` and ``Example``.
+
+On disk they use FlashRAG's conventions, so files interoperate with FlashRAG, Search-R1 and verl:
+
+* question file (jsonl), one record per line::
+
+      {"id": "...", "question": "...", "golden_answers": ["...", ...], "metadata": {...}}
+
+* corpus file (jsonl), one passage per line::
+
+      {"id": "...", "contents": "Title\\ntext"}
+
+ragrl keeps its structured fields inside ``metadata`` under reserved keys (all optional):
+
+``supporting_ids``   list of passage ids that support the answer (gold evidence), in dataset order.
+``passages``         the passages given with the question (distractor setting), in their original
+                     order, each ``{"id", "title", "text"}``.
+``decomposition``    the gold reasoning chain, each step ``{"question", "answers", "supporting_ids"}``.
+
+Any other metadata key is the dataset's own and is carried through unchanged (for example ``source``,
+``type``, ``level``, ``hops``, ``answerable``, ``supporting_facts``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragrl.errors import DataError
+
+RESERVED_METADATA_KEYS = ("supporting_ids", "passages", "decomposition")
+
+
+def passage_id(title: str, text: str) -> str:
+    """A stable id derived from a passage's content.
+
+    The same (title, text) gets the same id in every file and every dataset, so corpora built from
+    different question files merge and deduplicate by id alone.
+    """
+    digest = hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()
+    return "p" + digest[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    id: str
+    title: str
+    text: str
+
+    @classmethod
+    def make(cls, title: str, text: str) -> Passage:
+        """A passage whose id is derived from its content (see ``passage_id``)."""
+        title, text = title.strip(), text.strip()
+        return cls(passage_id(title, text), title, text)
+
+    @classmethod
+    def from_contents(cls, id: str, contents: str) -> Passage:
+        """Split FlashRAG's ``contents`` (``"title\\ntext"``) into title and text."""
+        title, _, text = contents.partition("\n")
+        return cls(str(id), title.strip().strip('"'), text.strip())
+
+    @property
+    def contents(self) -> str:
+        return f"{self.title}\n{self.text}"
+
+    def to_corpus_record(self) -> dict[str, str]:
+        return {"id": self.id, "contents": self.contents}
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.id, "title": self.title, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class SubQuestion:
+    """One step of a gold decomposition: a sub-question, its answer(s) and its evidence."""
+
+    question: str
+    answers: tuple[str, ...]
+    supporting_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answers": list(self.answers),
+            "supporting_ids": list(self.supporting_ids),
+        }
+
+
+@dataclass(slots=True)
+class Example:
+    id: str
+    question: str
+    answers: list[str]
+    supporting_ids: list[str] = field(default_factory=list)
+    passages: list[Passage] | None = None
+    decomposition: list[SubQuestion] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_record(self) -> dict[str, Any]:
+        """The canonical (FlashRAG-style) question record."""
+        metadata = dict(self.metadata)
+        if self.supporting_ids:
+            metadata["supporting_ids"] = list(self.supporting_ids)
+        if self.passages is not None:
+            metadata["passages"] = [p.to_dict() for p in self.passages]
+        if self.decomposition is not None:
+            metadata["decomposition"] = [s.to_dict() for s in self.decomposition]
+        return {
+            "id": self.id,
+            "question": self.question,
+            "golden_answers": list(self.answers),
+            "metadata": metadata,
+        }
+
+    @classmethod
+    def from_record(
+        cls, record: Any, *, path: str | None = None, line: int | None = None
+    ) -> Example:
+        """Parse and validate a canonical question record; errors name the file, line and field."""
+
+        def fail(message: str, field_name: str | None = None) -> DataError:
+            return DataError(message, path=path, line=line, field=field_name)
+
+        if not isinstance(record, dict):
+            raise fail(f"expected a JSON object, got {type(record).__name__}")
+        for key in ("id", "question", "golden_answers"):
+            if key not in record:
+                raise fail("missing", key)
+        ex_id = record["id"]
+        if not isinstance(ex_id, (str, int)) or isinstance(ex_id, bool) or str(ex_id) == "":
+            raise fail("must be a non-empty string or integer", "id")
+        question = record["question"]
+        if not isinstance(question, str) or not question.strip():
+            raise fail("must be a non-empty string", "question")
+        answers = record["golden_answers"]
+        if isinstance(answers, str):
+            answers = [answers]
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            raise fail("must be a list of strings", "golden_answers")
+        metadata = record.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise fail("must be an object", "metadata")
+        metadata = dict(metadata)
+
+        supporting_ids = metadata.pop("supporting_ids", [])
+        if not isinstance(supporting_ids, list) or not all(isinstance(s, str) for s in supporting_ids):
+            raise fail("must be a list of passage id strings", "metadata.supporting_ids")
+
+        passages = None
+        if "passages" in metadata:
+            raw = metadata.pop("passages")
+            if not isinstance(raw, list):
+                raise fail("must be a list", "metadata.passages")
+            passages = []
+            for i, p in enumerate(raw):
+                name = f"metadata.passages[{i}]"
+                if not isinstance(p, dict):
+                    raise fail("must be an object", name)
+                if "contents" in p and "title" not in p:
+                    if "id" not in p:
+                        raise fail("missing", f"{name}.id")
+                    passages.append(Passage.from_contents(p["id"], str(p["contents"])))
+                    continue
+                for key in ("id", "title", "text"):
+                    if not isinstance(p.get(key), str):
+                        raise fail("missing or not a string", f"{name}.{key}")
+                passages.append(Passage(p["id"], p["title"], p["text"]))
+
+        decomposition = None
+        if "decomposition" in metadata:
+            raw = metadata.pop("decomposition")
+            if not isinstance(raw, list):
+                raise fail("must be a list", "metadata.decomposition")
+            decomposition = []
+            for i, s in enumerate(raw):
+                name = f"metadata.decomposition[{i}]"
+                if not isinstance(s, dict) or not isinstance(s.get("question"), str):
+                    raise fail("must be an object with a string 'question'", name)
+                step_answers = s.get("answers", [])
+                if isinstance(step_answers, str):
+                    step_answers = [step_answers]
+                decomposition.append(
+                    SubQuestion(
+                        s["question"],
+                        tuple(str(a) for a in step_answers),
+                        tuple(str(x) for x in s.get("supporting_ids", [])),
+                    )
+                )
+
+        return cls(
+            id=str(ex_id),
+            question=question,
+            answers=list(answers),
+            supporting_ids=list(supporting_ids),
+            passages=passages,
+            decomposition=decomposition,
+            metadata=metadata,
+        )

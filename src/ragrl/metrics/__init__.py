@@ -1,0 +1,1 @@
+"""Answer and retrieval metrics."""

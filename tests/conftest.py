@@ -1,0 +1,22 @@
+"""Shared test fixtures.
+
+Real dataset samples live in ``../shared/data`` beside the repository (see its SOURCES.md). Tests
+that read them use the ``shared_data`` fixture, which skips cleanly when the folder is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("RAGRL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared dataset samples not found at {SHARED_DATA}")
+    return SHARED_DATA

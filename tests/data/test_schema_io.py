@@ -1,0 +1,100 @@
+import json
+
+import pytest
+
+from ragrl.data import Example, Passage, SubQuestion, passage_id, read_corpus, read_examples, write_examples
+from ragrl.errors import DataError
+
+
+def test_passage_id_is_content_derived_and_stable():
+    a = Passage.make("Shirley Temple", "Shirley Temple Black was an American actress.")
+    b = Passage.make(" Shirley Temple ", "Shirley Temple Black was an American actress.  ")
+    assert a == b
+    assert a.id == passage_id("Shirley Temple", "Shirley Temple Black was an American actress.")
+    assert a.id.startswith("p") and len(a.id) == 17
+    assert Passage.make("Other", a.text).id != a.id
+
+
+def test_contents_round_trip():
+    p = Passage.make("Kiss and Tell (1945 film)", "Kiss and Tell is a 1945 American comedy film.")
+    assert Passage.from_contents(p.id, p.contents) == p
+    # FlashRAG wiki dumps quote the title
+    assert Passage.from_contents("7", '"Title"\nbody').title == "Title"
+
+
+def test_example_record_round_trip(tmp_path):
+    p1, p2 = Passage.make("A", "a text"), Passage.make("B", "b text")
+    ex = Example(
+        id="q1",
+        question="Who?",
+        answers=["X", "x alias"],
+        supporting_ids=[p2.id],
+        passages=[p1, p2],
+        decomposition=[SubQuestion("first?", ("Y",), (p2.id,)), SubQuestion("then?", ("X",))],
+        metadata={"source": "test", "hops": 2},
+    )
+    rec = ex.to_record()
+    assert rec["golden_answers"] == ["X", "x alias"]
+    assert rec["metadata"]["supporting_ids"] == [p2.id]
+    assert rec["metadata"]["passages"][0] == {"id": p1.id, "title": "A", "text": "a text"}
+    assert Example.from_record(rec) == ex
+    path = tmp_path / "q.jsonl"
+    write_examples(path, [ex])
+    back, report = read_examples(path)
+    assert back == [ex] and report.read == 1 and not report.skipped
+
+
+def test_flashrag_record_without_metadata():
+    ex = Example.from_record({"id": "test_0", "question": "q?", "golden_answers": ["a"]})
+    assert ex.supporting_ids == [] and ex.passages is None and ex.metadata == {}
+
+
+def _write(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_errors_name_file_line_and_field(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"id": "1", "question": "q?", "golden_answers": ["a"]})
+    _write(path, [good, json.dumps({"id": "2", "golden_answers": ["a"]})])
+    with pytest.raises(DataError) as e:
+        read_examples(path)
+    assert str(e.value) == f"{path}:2: field 'question': missing"
+
+    _write(path, [good, "{not json"])
+    with pytest.raises(DataError, match=r"bad.jsonl:2: invalid JSON"):
+        read_examples(path)
+
+    _write(path, [good, json.dumps({"id": "3", "question": "q", "golden_answers": [1]})])
+    with pytest.raises(DataError, match="golden_answers"):
+        read_examples(path)
+
+
+def test_skip_invalid_reports_every_skipped_line(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    lines = [
+        json.dumps({"id": "1", "question": "q?", "golden_answers": ["a"]}),
+        "{broken",
+        json.dumps({"id": "2", "question": "", "golden_answers": ["a"]}),
+        json.dumps({"id": "1", "question": "dup?", "golden_answers": ["a"]}),
+        json.dumps({"id": "4", "question": "q4?", "golden_answers": ["b"]}),
+    ]
+    _write(path, lines)
+    examples, report = read_examples(path, skip_invalid=True)
+    assert [e.id for e in examples] == ["1", "4"]
+    assert [e.line for e in report.skipped] == [2, 3, 4]
+    assert "skipped 3" in report.summary()
+
+
+def test_read_corpus_formats(tmp_path):
+    jl = tmp_path / "c.jsonl"
+    _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nbody"})])
+    passages, report = read_corpus(jl)
+    assert passages == [Passage("0", "T", "body")] and len(report.warnings) == 1
+    arr = tmp_path / "c.json"
+    arr.write_text(json.dumps([{"title": "T", "text": "body"}, {"title": "U", "text": "more"}]))
+    passages, _ = read_corpus(arr)
+    assert [p.id for p in passages] == [passage_id("T", "body"), passage_id("U", "more")]
+    _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nother"})])
+    with pytest.raises(DataError, match="c.jsonl:2: field 'id': duplicate id"):
+        read_corpus(jl)
