@@ -1,1 +1,68 @@
-"""Answer and retrieval metrics."""
+"""Answer, supporting-fact and retrieval metrics, and the ``ragrl score`` engine.
+
+Normalization is chosen by name (``variant=``): see ``ragrl.metrics.normalize`` and docs/metrics.md.
+"""
+
+from ragrl.metrics.answer import (
+    ANSWER_METRICS,
+    answer_scores,
+    contains_answer,
+    cover_em,
+    exact_match,
+    f1,
+    substring_acc,
+)
+from ragrl.metrics.normalize import (
+    VARIANTS,
+    Variant,
+    get_normalizer,
+    get_variant,
+    normalize,
+    variant_names,
+)
+from ragrl.metrics.retrieval import (
+    aggregate_retrieval,
+    answer_recall_at_k,
+    average_precision,
+    full_recall_at_k,
+    precision_at_k,
+    recall_at_k,
+    reciprocal_rank,
+    retrieval_scores,
+)
+from ragrl.metrics.support import (
+    JointScores,
+    SupportScores,
+    joint_scores,
+    parse_supporting_facts,
+    supporting_fact_scores,
+)
+
+__all__ = [
+    "ANSWER_METRICS",
+    "VARIANTS",
+    "JointScores",
+    "SupportScores",
+    "Variant",
+    "aggregate_retrieval",
+    "answer_recall_at_k",
+    "answer_scores",
+    "average_precision",
+    "contains_answer",
+    "cover_em",
+    "exact_match",
+    "f1",
+    "full_recall_at_k",
+    "get_normalizer",
+    "get_variant",
+    "joint_scores",
+    "normalize",
+    "parse_supporting_facts",
+    "precision_at_k",
+    "recall_at_k",
+    "reciprocal_rank",
+    "retrieval_scores",
+    "substring_acc",
+    "supporting_fact_scores",
+    "variant_names",
+]

@@ -1,6 +1,94 @@
-"""`ragrl score`. (Placeholder until the metrics work lands.)"""
+"""``ragrl score``: score a predictions file against a canonical question file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ragrl.console import console
+from ragrl.data.io import write_jsonl
+from ragrl.errors import RagrlError
+from ragrl.metrics.normalize import VARIANTS
+from ragrl.metrics.score import DEFAULT_KS, score_files
 
 
-def score() -> None:
-    """Score predictions against a canonical question file."""
-    raise NotImplementedError
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RagrlError(f"--ks: expected comma-separated positive integers, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise RagrlError(f"--ks: expected comma-separated positive integers, got {text!r}")
+    return ks
+
+
+def score(
+    predictions: Annotated[
+        Path,
+        typer.Argument(
+            help="Predictions jsonl: {id, prediction} per line, optionally retrieved_ids, "
+            "retrieved_texts and supporting_facts (a list of title, sent_id pairs).",
+            show_default=False,
+        ),
+    ],
+    gold: Annotated[
+        Path,
+        typer.Option("--gold", "-g", help="Canonical question file (jsonl) with the gold answers.",
+                     show_default=False),
+    ],
+    variant: Annotated[
+        str,
+        typer.Option("--variant", "-v",
+                     help="Answer normalization: " + ", ".join(VARIANTS) + " (see docs/metrics.md)."),
+    ] = "squad",
+    metrics: Annotated[
+        str | None,
+        typer.Option("--metrics", "-m",
+                     help="Comma-separated metrics or groups (answer, sp, joint, retrieval; em, f1, "
+                     "cover_em, acc, recall@5, mrr, ...). Default: every applicable metric."),
+    ] = None,
+    ks: Annotated[
+        str, typer.Option("--ks", help="Retrieval cut-offs, comma-separated.")
+    ] = ",".join(map(str, DEFAULT_KS)),
+    per_example: Annotated[
+        Path | None,
+        typer.Option("--per-example", help="Also write every metric per id to this jsonl file."),
+    ] = None,
+    missing_as_zero: Annotated[
+        bool,
+        typer.Option("--missing-as-zero",
+                     help="Count gold examples without a prediction as 0 (the official HotpotQA "
+                     "script's averaging) instead of leaving them out of the means."),
+    ] = False,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0,
+                          help="Bootstrap resamples for 95% confidence intervals (0: none).")
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+) -> None:
+    """Score predictions against a canonical question file; prints one JSON object on stdout."""
+    result = score_files(
+        predictions,
+        gold,
+        variant=variant,
+        metrics=metrics,
+        ks=_parse_ks(ks),
+        missing_as_zero=missing_as_zero,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
+    summary = result.summary
+    for key, label in (("missing_predictions", "gold examples have no prediction"),
+                       ("unknown_ids", "predictions have an id not in the gold file")):
+        info = summary[key]
+        if info["count"]:
+            console.print(f"[yellow]warning:[/] {info['count']} {label}, first: "
+                          f"{', '.join(info['first_ids'])}", highlight=False)
+    if per_example is not None:
+        write_jsonl(per_example, result.per_example)
+        console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}",
+                      highlight=False)
+    typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))

@@ -1,0 +1,158 @@
+"""``ragrl score`` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app, main
+from ragrl.errors import DataError, RagrlError
+
+GOLD = [
+    {"id": "q1", "question": "Who?", "golden_answers": ["Chief of Protocol"],
+     "metadata": {"supporting_ids": ["p1", "p2"],
+                  "supporting_facts": [["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 1]]}},
+    {"id": "q2", "question": "Same country?", "golden_answers": ["yes"],
+     "metadata": {"supporting_ids": ["p3"], "supporting_facts": [["A", 0]]}},
+    {"id": "q3", "question": "Where?", "golden_answers": ["U.S.", "United States"]},
+    {"id": "q4", "question": "Missing?", "golden_answers": ["nobody"]},
+]
+PREDS = [
+    {"id": "q1", "prediction": "the chief of protocol", "retrieved_ids": ["p9", "p1", "p1", "p2"],
+     "supporting_facts": [["Kiss and Tell (1945 film)", 0]]},
+    {"id": "q2", "prediction": "no", "retrieved_ids": ["p3"], "supporting_facts": [["A", 0]]},
+    {"id": "q3", "prediction": "US", "retrieved_ids": ["p5"]},
+    {"id": "zz", "prediction": "stray"},
+]
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    return write(tmp_path / "pred.jsonl", PREDS), write(tmp_path / "gold.jsonl", GOLD)
+
+
+def run(*args):
+    result = CliRunner().invoke(app, ["score", *map(str, args)])
+    return result
+
+
+def test_score_end_to_end(files, tmp_path):
+    pred, gold = files
+    out = tmp_path / "per.jsonl"
+    result = run(pred, "--gold", gold, "--per-example", out)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["variant"] == "squad"
+    assert summary["n_gold"] == 4 and summary["n_predictions"] == 4 and summary["n_scored"] == 3
+    assert summary["missing_predictions"] == {"count": 1, "first_ids": ["q4"]}
+    assert summary["unknown_ids"] == {"count": 1, "first_ids": ["zz"]}
+    assert summary["em"] == pytest.approx(2 / 3)  # q1 and q3 ("US" == "U.S." under squad)
+    assert summary["sp_em"] == 0.5 and summary["joint_em"] == 0.0
+    assert summary["n_per_metric"]["sp_em"] == 2 and summary["n_per_metric"]["em"] == 3
+    # q3 has no supporting_ids: no id-based retrieval metrics for it, and it is reported
+    assert summary["n_without_gold_ids"] == 1
+    assert summary["n_per_metric"]["recall@2"] == 2
+    assert summary["recall@2"] == pytest.approx((0.5 + 1.0) / 2)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["q1", "q2", "q3"]
+    assert rows[1]["f1"] == 0.0 and rows[0]["sp_recall"] == 0.5
+    assert rows[0]["precision@2"] == 0.5  # p1 duplicated counts once: top-2 unique = p9, p1
+
+
+def test_variant_and_metric_selection(files):
+    pred, gold = files
+    result = run(pred, "--gold", gold, "--variant", "arena", "--metrics", "em,f1,recall@3")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["variant"] == "arena"
+    assert {k for k in summary["n_per_metric"]} == {"em", "f1", "recall@3"}
+    assert summary["em"] == pytest.approx(1 / 3)  # arena: "US" != "u s"
+
+
+def test_missing_as_zero_and_bootstrap(files):
+    pred, gold = files
+    result = run(pred, "--gold", gold, "--metrics", "answer", "--missing-as-zero", "--bootstrap", "200")
+    summary = json.loads(result.stdout)
+    assert summary["em"] == pytest.approx(2 / 4)
+    lo, hi = summary["bootstrap"]["ci95"]["em"]
+    assert 0.0 <= lo <= summary["em"] <= hi <= 1.0
+    again = json.loads(run(pred, "--gold", gold, "--metrics", "answer", "--missing-as-zero",
+                           "--bootstrap", "200").stdout)
+    assert again["bootstrap"] == summary["bootstrap"]  # seeded
+
+
+def test_unknown_metric_and_variant(files):
+    pred, gold = files
+    result = run(pred, "--gold", gold, "--metrics", "em,bleu")
+    assert isinstance(result.exception, RagrlError)
+    assert "bleu" in str(result.exception) and "cover_em" in str(result.exception)
+    result = run(pred, "--gold", gold, "--variant", "nope")
+    assert isinstance(result.exception, RagrlError) and "tiresrag" in str(result.exception)
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ('{"id": "q1"}', "prediction"),
+        ('{"prediction": "x"}', "id"),
+        ('{"id": "q1", "prediction": 3}', "prediction"),
+        ('{"id": "q1", "prediction": "x", "retrieved_ids": "p1"}', "retrieved_ids"),
+        ('{"id": "q1", "prediction": "x", "supporting_facts": [["A", "0"]]}', "supporting_facts"),
+    ],
+)
+def test_bad_prediction_line(tmp_path, files, bad, field):
+    _, gold = files
+    pred = tmp_path / "bad.jsonl"
+    pred.write_text('{"id": "q2", "prediction": "yes"}\n\n' + bad + "\n")
+    result = run(pred, "--gold", gold)
+    err = result.exception
+    assert isinstance(err, DataError)
+    assert (err.path, err.line, err.field) == (str(pred), 3, field)
+
+
+def test_invalid_json_and_duplicate(tmp_path, files):
+    _, gold = files
+    pred = write(tmp_path / "p.jsonl", [{"id": "q1", "prediction": "a"}])
+    with pred.open("a") as f:
+        f.write("{not json\n")
+    err = run(pred, "--gold", gold).exception
+    assert isinstance(err, DataError) and err.line == 2
+    pred = write(tmp_path / "d.jsonl", [{"id": "q1", "prediction": "a"}, {"id": "q1", "prediction": "b"}])
+    err = run(pred, "--gold", gold).exception
+    assert isinstance(err, DataError) and err.line == 2 and err.field == "id"
+
+
+def test_main_prints_error_and_exits_2(tmp_path, files, capsys):
+    _, gold = files
+    pred = tmp_path / "bad.jsonl"
+    pred.write_text('{"id": "q1"}\n')
+    with pytest.raises(SystemExit) as e:
+        main(["score", str(pred), "--gold", str(gold)])
+    assert e.value.code == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+
+
+def test_bad_gold_supporting_facts_only_matter_when_used(tmp_path):
+    gold = write(tmp_path / "g.jsonl", [{"id": "q1", "question": "Q?", "golden_answers": ["a"],
+                                         "metadata": {"supporting_facts": "oops"}}])
+    ok = write(tmp_path / "p1.jsonl", [{"id": "q1", "prediction": "a"}])
+    assert json.loads(run(ok, "--gold", gold).stdout)["em"] == 1.0
+    sp = write(tmp_path / "p2.jsonl", [{"id": "q1", "prediction": "a", "supporting_facts": [["A", 0]]}])
+    err = run(sp, "--gold", gold).exception
+    assert isinstance(err, DataError) and err.field == "metadata.supporting_facts"
+
+
+def test_retrieved_texts_give_answer_recall(tmp_path, files):
+    _, gold = files
+    pred = write(tmp_path / "p.jsonl", [{"id": "q3", "prediction": "x",
+                                         "retrieved_texts": ["nothing", "born in the U.S."]}])
+    summary = json.loads(run(pred, "--gold", gold, "--ks", "1,2").stdout)
+    assert summary["answer_recall@1"] == 0.0 and summary["answer_recall@2"] == 1.0
+    assert "recall@1" not in summary
