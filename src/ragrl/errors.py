@@ -17,7 +17,8 @@ class RagrlError(Exception):
 class DataError(RagrlError):
     """A malformed record in a data file.
 
-    ``str(err)`` reads like ``data/train.jsonl:17: field 'question': missing``.
+    ``str(err)`` reads like ``data/train.jsonl:17: field 'question': missing``. ``record`` names the
+    record where a line number alone does not (``dev.json:57: JSON array item [3]: field ...``).
     """
 
     def __init__(
@@ -27,8 +28,10 @@ class DataError(RagrlError):
         path: str | Path | None = None,
         line: int | None = None,
         field: str | None = None,
+        record: str | None = None,
     ) -> None:
         self.message = message
+        self.record = record
         self.path = str(path) if path is not None else None
         self.line = line
         self.field = field
@@ -38,6 +41,8 @@ class DataError(RagrlError):
         where = self.path or "<input>"
         if self.line is not None:
             where += f":{self.line}"
+        if self.record:
+            where += f": {self.record}"
         what = f"field '{self.field}': " if self.field else ""
         return f"{where}: {what}{self.message}"
 
@@ -48,4 +53,5 @@ class DataError(RagrlError):
             path=self.path or path,
             line=self.line if self.line is not None else line,
             field=self.field,
+            record=self.record,
         )

@@ -88,13 +88,17 @@ def test_skip_invalid_reports_every_skipped_line(tmp_path):
 
 def test_read_corpus_formats(tmp_path):
     jl = tmp_path / "c.jsonl"
-    _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nbody"})])
+    _write(
+        jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nbody"})]
+    )
     passages, report = read_corpus(jl)
     assert passages == [Passage("0", "T", "body")] and len(report.warnings) == 1
     arr = tmp_path / "c.json"
     arr.write_text(json.dumps([{"title": "T", "text": "body"}, {"title": "U", "text": "more"}]))
     passages, _ = read_corpus(arr)
     assert [p.id for p in passages] == [passage_id("T", "body"), passage_id("U", "more")]
-    _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nother"})])
+    _write(
+        jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nother"})]
+    )
     with pytest.raises(DataError, match="c.jsonl:2: field 'id': duplicate id"):
         read_corpus(jl)

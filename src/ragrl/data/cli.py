@@ -1,5 +1,52 @@
-"""`ragrl data ...` commands. (Owned by the data loaders work; placeholder until it lands.)"""
+"""`ragrl data ...`: convert raw datasets to canonical files, and describe question files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from ragrl.console import console
+from ragrl.data.convert import convert as convert_dataset
+from ragrl.data.loaders import FORMATS, load_dataset
+from ragrl.data.stats import compute_stats, print_stats
+
 app = typer.Typer(help="Convert, inspect and generate datasets.", no_args_is_help=True)
+
+FORMAT_HELP = f"Dataset layout: auto (detect from the content), {', '.join(FORMATS)}; canonical = flashrag."
+
+
+@app.command()
+def convert(
+    path: Path = typer.Argument(..., help="A raw dataset file (any supported layout)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for questions.jsonl and corpus.jsonl."),
+    format: str = typer.Option("auto", "--format", "-f", help=FORMAT_HELP),
+    skip_invalid: bool = typer.Option(
+        False, "--skip-invalid", help="Skip malformed records (and list them) instead of stopping."
+    ),
+    source: str = typer.Option(None, "--source", help="Override metadata['source'] (e.g. nq for NQ)."),
+) -> None:
+    """Convert a dataset file to DIR/questions.jsonl (+ DIR/corpus.jsonl when it gives contexts)."""
+    result = convert_dataset(path, out, format=format, skip_invalid=skip_invalid, source=source)
+    console.print(result.summary(), highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def stats(
+    path: Path = typer.Argument(..., help="A canonical question file or any raw dataset file."),
+    format: str = typer.Option("auto", "--format", "-f", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip malformed records."),
+) -> None:
+    """Counts and distributions (hops, types, supporting ids, passages, answers) of a question file."""
+    examples, report = load_dataset(path, format, skip_invalid)
+    result = compute_stats(examples)
+    if report.skipped:
+        result["skipped"] = len(report.skipped)
+    if as_json:
+        typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
+    else:
+        print_stats(result, title=str(path))
+    if report.skipped:
+        console.print(report.summary(), highlight=False, markup=False, soft_wrap=True)

@@ -97,8 +97,12 @@ def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list
                 raise record
             ex = Example.from_record(record, path=str(path), line=lineno)
             if ex.id in seen:
-                raise DataError(f"duplicate id {ex.id!r} (first on line {seen[ex.id]})",
-                                path=path, line=lineno, field="id")
+                raise DataError(
+                    f"duplicate id {ex.id!r} (first on line {seen[ex.id]})",
+                    path=path,
+                    line=lineno,
+                    field="id",
+                )
         except DataError as e:
             if not skip_invalid:
                 raise
@@ -132,8 +136,9 @@ def _passage_from_record(record: Any, path: str, line: int) -> Passage:
         if "id" in record:
             return Passage(str(record["id"]), title.strip(), record["text"].strip())
         return Passage.make(title, record["text"])
-    raise DataError("missing (a corpus record needs 'contents' or 'text')", path=path, line=line,
-                    field="contents")
+    raise DataError(
+        "missing (a corpus record needs 'contents' or 'text')", path=path, line=line, field="contents"
+    )
 
 
 def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[Passage], LoadReport]:
@@ -164,15 +169,19 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
             passage = _passage_from_record(record, str(p), n)
         except DataError as e:
             if where == "item":
-                e = DataError(f"array item {n}: {e.message}", path=p, field=e.field)
+                e = DataError(e.message, path=p, field=e.field, record=f"JSON array item [{n - 1}]")
             if not skip_invalid:
                 raise e from None
             report.skipped.append(e)
             continue
         old = by_id.get(passage.id)
         if old is not None and old != passage:
-            e = DataError(f"duplicate id {passage.id!r} with different contents", path=p,
-                          line=n if where == "line" else None, field="id")
+            e = DataError(
+                f"duplicate id {passage.id!r} with different contents",
+                path=p,
+                line=n if where == "line" else None,
+                field="id",
+            )
             if not skip_invalid:
                 raise e
             report.skipped.append(e)

@@ -114,9 +114,7 @@ class Example:
         }
 
     @classmethod
-    def from_record(
-        cls, record: Any, *, path: str | None = None, line: int | None = None
-    ) -> Example:
+    def from_record(cls, record: Any, *, path: str | None = None, line: int | None = None) -> Example:
         """Parse and validate a canonical question record; errors name the file, line and field."""
 
         def fail(message: str, field_name: str | None = None) -> DataError:
