@@ -79,6 +79,9 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
             for rec in records:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 n += 1
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

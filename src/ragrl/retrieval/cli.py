@@ -1,11 +1,276 @@
-"""`ragrl index` and `ragrl search`. (Placeholder until the retrieval work lands.)"""
+"""`ragrl index` and `ragrl search`.
+
+Heavy imports (bm25s, torch, faiss) happen inside the commands so `ragrl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ragrl.console import console
+from ragrl.errors import RagrlError
 
 
-def index() -> None:
-    """Build a retrieval index."""
-    raise NotImplementedError
+class RetrieverKind(StrEnum):
+    bm25 = "bm25"
+    dense = "dense"
+    hybrid = "hybrid"
 
 
-def search() -> None:
-    """Search an index."""
-    raise NotImplementedError
+class CacheMode(StrEnum):
+    readwrite = "readwrite"
+    record = "record"
+    replay = "replay"
+    off = "off"
+
+
+def _human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _read_corpora(paths: list[Path]):
+    from ragrl.data.io import read_corpus
+    from ragrl.errors import DataError
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        passages, report = read_corpus(path)
+        for p in passages:
+            old = merged.get(p.id)
+            if old is not None and old != p:
+                raise DataError(f"passage id {p.id!r} has different contents in an earlier corpus file",
+                                path=path, field="id")
+            merged[p.id] = p
+        console.print(f"read {report.read:,} passages from {path}", highlight=False)
+    return list(merged.values())
+
+
+def index(
+    corpus: Annotated[list[Path], typer.Argument(help="Corpus file(s): jsonl {id, contents} or "
+                                                 "{id, title, text}, or a JSON array of {title, text}. "
+                                                 "Several files are merged by passage id.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
+    retriever: Annotated[RetrieverKind, typer.Option(help="Retriever type.")] = RetrieverKind.bm25,
+    model: Annotated[str | None, typer.Option(help="Dense: local sentence-transformers model directory "
+                                              "(default: the bundled all-MiniLM-L6-v2).")] = None,
+    query_prefix: Annotated[str, typer.Option(help="Dense: text put before every query "
+                                              "(e5: 'query: ').")] = "",
+    passage_prefix: Annotated[str, typer.Option(help="Dense: text put before every passage "
+                                                "(e5: 'passage: ').")] = "",
+    batch_size: Annotated[int, typer.Option(help="Dense: encoding batch size.")] = 64,
+    device: Annotated[str, typer.Option(help="Dense: 'auto' (cuda if available), 'cpu', 'cuda', "
+                                        "'cuda:1', ...")] = "auto",
+    bm25_method: Annotated[str, typer.Option(help="BM25: lucene, robertson, atire, bm25l, "
+                                             "bm25+.")] = "lucene",
+    k1: Annotated[float, typer.Option(help="BM25: k1.")] = 1.5,
+    b: Annotated[float, typer.Option(help="BM25: b.")] = 0.75,
+    stem: Annotated[bool, typer.Option(help="BM25: English Snowball stemming.")] = True,
+    components: Annotated[str | None, typer.Option(help="Hybrid: two existing index directories "
+                                                   "'DIR_A,DIR_B' to fuse (default: build bm25 + dense "
+                                                   "from CORPUS).")] = None,
+    rrf_k: Annotated[float, typer.Option(help="Hybrid: RRF constant.")] = 60.0,
+    depth: Annotated[int, typer.Option(help="Hybrid: depth each component is searched to.")] = 100,
+) -> None:
+    """Build a retrieval index from corpus files and save it to a directory."""
+    from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
+
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / MANIFEST_NAME).exists():
+        raise RagrlError(f"{out}: exists and is not an empty directory or a ragrl index; "
+                         "choose another --out")
+    t0 = time.perf_counter()
+    comp_dirs: list[Path] = []
+    if components is not None:
+        if retriever is not RetrieverKind.hybrid:
+            raise RagrlError("--components is only for --retriever hybrid")
+        comp_dirs = [Path(c.strip()) for c in components.split(",") if c.strip()]
+        if len(comp_dirs) != 2:
+            raise RagrlError("--components needs exactly two index directories 'DIR_A,DIR_B', "
+                             f"got {components!r}")
+    passages = _read_corpora(corpus) if not comp_dirs else None
+
+    def build_bm25():
+        from ragrl.retrieval.bm25 import BM25Retriever
+
+        with console.status(f"indexing {len(passages):,} passages with BM25"):
+            return BM25Retriever.build(passages, method=bm25_method, k1=k1, b=b, stemmer=stem)
+
+    def build_dense():
+        from ragrl.retrieval.dense import DenseRetriever
+
+        return DenseRetriever.build(passages, model=model, query_prefix=query_prefix,
+                                    passage_prefix=passage_prefix, batch_size=batch_size, device=device)
+
+    if retriever is RetrieverKind.bm25:
+        built: Any = build_bm25()
+    elif retriever is RetrieverKind.dense:
+        built = build_dense()
+    else:
+        from ragrl.retrieval.hybrid import HybridRetriever
+
+        if comp_dirs:
+            a, bb = (load_retriever(d, device=device, batch_size=batch_size) for d in comp_dirs)
+        else:
+            a, bb = build_bm25(), build_dense()
+        built = HybridRetriever(a, bb, rrf_k=rrf_k, depth=depth)
+        if passages is None:
+            passages = getattr(a, "passages", [])
+    built.save(out)
+    elapsed = time.perf_counter() - t0
+    n = len(passages) if passages is not None else 0
+    typer.echo(f"indexed {n:,} passages with {retriever.value} in {elapsed:.1f} s -> {out} "
+               f"({_human_size(directory_size(out))}, fingerprint {built.fingerprint[:12]})", err=True)
+
+
+def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
+    """Queries from a plain-text file (one per line) or a canonical question jsonl."""
+    from ragrl.data.io import read_examples
+
+    if not path.is_file():
+        raise RagrlError(f"{path}: no such file")
+    with path.open(encoding="utf-8") as f:
+        first = next((line for line in f if line.strip()), "")
+    record = None
+    if first.lstrip().startswith("{"):
+        try:
+            record = json.loads(first)
+        except json.JSONDecodeError:
+            record = None
+    if isinstance(record, dict) and "question" in record:
+        examples, _ = read_examples(path)
+        return [ex.question for ex in examples], examples
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return [q for q in lines if q], None
+
+
+def _print_table(query: str, hits: list[Any], snippet: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{query}", title_justify="left", show_lines=False)
+    table.add_column("rank", justify="right")
+    table.add_column("id", no_wrap=True)
+    table.add_column("title")
+    table.add_column("score", justify="right")
+    table.add_column("text")
+    for rank, h in enumerate(hits, start=1):
+        text = h.passage.text if len(h.passage.text) <= snippet else h.passage.text[:snippet].rstrip() + "…"
+        table.add_row(str(rank), h.passage.id, h.passage.title, f"{h.score:.4f}", text)
+    import os
+
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "120"))
+    Console(width=width).print(table)
+    if not hits:
+        console.print("no passage shares a term with the query (no hits)")
+
+
+def _parse_ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise RagrlError(f"--eval-k must be comma-separated positive integers, got {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise RagrlError(f"--eval-k must be comma-separated positive integers, got {text!r}")
+    return ks
+
+
+def evaluate_hits(examples: list[Any], hits: list[list[Any]], ks: tuple[int, ...]) -> dict[str, float]:
+    """Retrieval metrics of ``hits`` against each example's supporting_ids and golden answers."""
+    from ragrl.metrics.retrieval import aggregate_retrieval, retrieval_scores
+
+    rows = []
+    for ex, ex_hits in zip(examples, hits, strict=True):
+        rows.append(retrieval_scores([h.passage.id for h in ex_hits], [h.passage.contents for h in ex_hits],
+                                     list(ex.supporting_ids), list(ex.answers), ks=ks))
+    return aggregate_retrieval(rows)
+
+
+def search(
+    index_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Index directory (from `ragrl index`).")],
+    query: Annotated[str | None, typer.Argument(help="A query; omit it when using --queries.")] = None,
+    k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.", min=1)] = 5,
+    queries: Annotated[Path | None, typer.Option(help="File of queries: plain text (one per line) or a "
+                                                 "canonical question jsonl.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write hits as jsonl here "
+                                             "(default: stdout).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="sqlite retrieval cache file.")] = None,
+    cache_mode: Annotated[CacheMode, typer.Option(help="How to use --cache.")] = CacheMode.readwrite,
+    eval_: Annotated[bool, typer.Option("--eval", help="Print retrieval metrics (needs a question file "
+                                        "with supporting_ids and/or golden_answers).")] = False,
+    eval_k: Annotated[str, typer.Option(help="Cut-offs for --eval, comma-separated.")] = "2,5,10",
+    device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Queries searched per batch with --queries.")] = 1024,
+    snippet: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 100,
+) -> None:
+    """Search an index: one query as a table, or a file of queries as jsonl (plus metrics with --eval)."""
+    from ragrl.console import progress
+    from ragrl.retrieval.base import MANIFEST_NAME, load_retriever, read_manifest
+    from ragrl.retrieval.cache import CachedRetriever
+
+    if (query is None) == (queries is None):
+        raise RagrlError("give either a QUERY or --queries FILE (not both)")
+    if eval_ and queries is None:
+        raise RagrlError("--eval needs --queries with a canonical question file")
+    ks = _parse_ks(eval_k) if eval_ else ()
+
+    if cache is not None and cache_mode is CacheMode.replay:
+        fingerprint = None
+        if (index_dir / MANIFEST_NAME).is_file():
+            fingerprint = read_manifest(index_dir).get("fingerprint")
+        retriever: Any = CachedRetriever(None, cache, "replay", fingerprint=fingerprint)
+    else:
+        retriever = load_retriever(index_dir, device=device)
+        if cache is not None:
+            retriever = CachedRetriever(retriever, cache, cache_mode.value)
+
+    if query is not None:
+        hits = retriever.search([query], k)[0]
+        _print_table(query, hits, snippet)
+        return
+
+    assert queries is not None
+    texts, examples = _read_queries(queries)
+    if eval_ and examples is None:
+        raise RagrlError(f"{queries}: --eval needs a canonical question jsonl (with supporting_ids and/or "
+                         "golden_answers), not plain text")
+    eval_depth = max(k, *ks) if ks else k
+    all_hits: list[list[Any]] = []
+    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+    for batch in progress(batches, f"searching {len(texts):,} queries", total=len(batches)):
+        all_hits.extend(retriever.search(batch, eval_depth))
+
+    def records():
+        for i, (q, hits) in enumerate(zip(texts, all_hits, strict=True)):
+            rec: dict[str, Any] = {"id": examples[i].id} if examples is not None else {}
+            rec["query"] = q
+            rec["hits"] = [{"id": h.passage.id, "title": h.passage.title, "score": h.score} for h in hits[:k]]
+            yield rec
+
+    if out is not None:
+        from ragrl.data.io import write_jsonl
+
+        n = write_jsonl(out, records())
+        console.print(f"wrote hits for {n:,} queries to {out}", highlight=False)
+    elif not eval_:
+        for rec in records():
+            sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    if isinstance(retriever, CachedRetriever):
+        console.print(f"cache: {retriever.queries_from_cache:,} hits, {retriever.queries_searched:,} misses "
+                      f"({retriever.mode})", highlight=False)
+    if eval_:
+        assert examples is not None
+        metrics = evaluate_hits(examples, all_hits, ks)
+        metrics = {"k": list(ks), **metrics}
+        typer.echo(json.dumps(metrics, indent=2))

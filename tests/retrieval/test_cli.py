@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app, main
+from ragrl.data.io import write_corpus, write_examples
+from ragrl.data.schema import Example
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, toy_passages):
+    d = tmp_path_factory.mktemp("cli")
+    half = len(toy_passages) // 2
+    write_corpus(d / "c1.jsonl", toy_passages[:half + 1])
+    write_corpus(d / "c2.jsonl", toy_passages[half:])  # overlaps c1 by one passage: merged by id
+    result = runner.invoke(app, ["index", str(d / "c1.jsonl"), str(d / "c2.jsonl"), "--retriever", "bm25",
+                                 "--out", str(d / "idx")])
+    assert result.exit_code == 0, result.output
+    assert f"indexed {len(toy_passages)} passages with bm25" in result.output
+    return d
+
+
+def test_index_and_search_table(built):
+    result = runner.invoke(app, ["search", str(built / "idx"), "highest mountain", "-k", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Mount Everest" in result.output and "rank" in result.output
+
+
+def test_search_queries_file_jsonl(built, toy_passages):
+    (built / "q.txt").write_text("capital of Germany\n\nhighest mountain\nthe of and\n")
+    result = runner.invoke(app, ["search", str(built / "idx"), "--queries", str(built / "q.txt"), "-k", "3"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [r["query"] for r in lines] == ["capital of Germany", "highest mountain", "the of and"]
+    assert lines[0]["hits"][0]["title"] == "Berlin"
+    assert set(lines[0]["hits"][0]) == {"id", "title", "score"}
+    assert lines[2]["hits"] == []  # zero-score rule
+
+
+def _questions(built, toy_passages):
+    by_title = {p.title: p for p in toy_passages}
+    examples = [
+        Example("q1", "Which city is the capital of Germany?", ["Berlin"], [by_title["Berlin"].id]),
+        Example("q2", "Who created the Python programming language?", ["Guido van Rossum"],
+                [by_title["Python (programming language)"].id]),
+        Example("q3", "What is the highest mountain?", ["Mount Everest"],
+                [by_title["Mount Everest"].id, by_title["Paris"].id]),
+    ]
+    write_examples(built / "q.jsonl", examples)
+    return built / "q.jsonl"
+
+
+def test_search_question_file_out_and_eval(built, toy_passages):
+    pytest.importorskip("ragrl.metrics.retrieval")
+    qfile = _questions(built, toy_passages)
+    result = runner.invoke(app, ["search", str(built / "idx"), "--queries", str(qfile), "-k", "1",
+                                 "--out", str(built / "hits.jsonl"), "--eval", "--eval-k", "1,5"])
+    assert result.exit_code == 0, result.output
+    recs = [json.loads(line) for line in (built / "hits.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in recs] == ["q1", "q2", "q3"] and all(len(r["hits"]) == 1 for r in recs)
+    metrics = json.loads(result.stdout[result.stdout.index("{"):])
+    assert metrics["n"] == 3 and metrics["k"] == [1, 5]
+    assert metrics["recall@1"] == pytest.approx((1 + 1 + 0.5) / 3)
+    assert metrics["full_recall@1"] == pytest.approx(2 / 3)
+    assert metrics["answer_recall@1"] == pytest.approx(1.0)
+    assert metrics["mrr"] == pytest.approx(1.0)
+
+
+def test_search_cache_record_replay_without_index(built, toy_passages, tmp_path):
+    import shutil
+
+    idx = tmp_path / "idx"
+    shutil.copytree(built / "idx", idx)
+    (tmp_path / "q.txt").write_text("capital of Germany\nhighest mountain\n")
+    args = ["search", str(idx), "--queries", str(tmp_path / "q.txt"), "--cache", str(tmp_path / "c.db")]
+    rec = runner.invoke(app, [*args, "--cache-mode", "record"])
+    assert rec.exit_code == 0, rec.output
+    shutil.rmtree(idx)  # replay needs no index
+    rep = runner.invoke(app, [*args, "--cache-mode", "replay"])
+    assert rep.exit_code == 0, rep.output
+    assert rep.stdout == rec.stdout
+
+
+def test_cli_errors_are_one_line(built, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["search", str(tmp_path / "missing-index"), "q"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "missing-index" in err and "does not exist" in err and "Traceback" not in err
+    (tmp_path / "notindex").mkdir()
+    with pytest.raises(SystemExit):
+        main(["search", str(tmp_path / "notindex"), "q"])
+    assert "retriever.json is missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["search", str(built / "idx"), "a", "--queries", str(tmp_path / "x")])
+    assert "either a QUERY or --queries" in capsys.readouterr().err
+    (tmp_path / "q.db").write_text("")
+    with pytest.raises(SystemExit):
+        main(["search", str(built / "idx"), "never asked", "--cache", str(tmp_path / "new.db"),
+              "--cache-mode", "replay"])
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_replay_miss_names_query(built, tmp_path, capsys):
+    db = tmp_path / "c.db"
+    assert runner.invoke(app, ["search", str(built / "idx"), "river", "--cache", str(db)]).exit_code == 0
+    with pytest.raises(SystemExit):
+        main(["search", str(built / "idx"), "never asked", "--cache", str(db), "--cache-mode", "replay"])
+    assert "replay miss: query 'never asked'" in capsys.readouterr().err.replace("\n", " ")
