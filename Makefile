@@ -32,9 +32,9 @@ quickstart: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+test: lint
 	$(BIN)/python -m pytest -q
 
 test-all: $(STAMP)
@@ -42,6 +42,7 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/retrieval_throughput.py
+	$(BIN)/python benchmarks/retrieval_recall.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -53,8 +53,10 @@ def main() -> None:
     passages, _ = read_corpus(CORPUS)
     questions = [q["question"] for q in json.loads(QUESTIONS.read_text())][: args.queries]
     k = args.k
-    print(f"corpus: {len(passages):,} passages ({CORPUS.name}); queries: {len(questions):,}; k={k}; "
-          f"cpus: {os.cpu_count()}; bm25s {bm25s.__version__}")
+    print(
+        f"corpus: {len(passages):,} passages ({CORPUS.name}); queries: {len(questions):,}; k={k}; "
+        f"cpus: {os.cpu_count()}; bm25s {bm25s.__version__}"
+    )
 
     # ragrl
     ragrl = BM25Retriever.build(passages, n_threads=args.n_threads)
@@ -87,8 +89,10 @@ def main() -> None:
             last = our_hits[-1][1]
             assert {h for h in raw_hits if h[1] > last} == {h for h in our_hits if h[1] > last}
             n_tie_diff += raw_hits != our_hits
-    print(f"check: identical scores and hits for all {len(questions)} queries "
-          f"({n_tie_diff} differ only in the order or choice of equal-score passages)")
+    print(
+        f"check: identical scores and hits for all {len(questions)} queries "
+        f"({n_tie_diff} differ only in the order or choice of equal-score passages)"
+    )
 
     # warm-up, then interleaved best-of-N
     run_raw(), run_ragrl()
@@ -106,14 +110,16 @@ def main() -> None:
         BM25Okapi = None
     qps_rank = None
     if BM25Okapi is not None:
-        corpus_tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False,
-                                       show_progress=False)
+        corpus_tokens = bm25s.tokenize(
+            texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+        )
         okapi = BM25Okapi(corpus_tokens, k1=1.5, b=0.75)
         sub = questions[: args.rank_bm25_queries]
 
         def run_rank():
-            q_tokens = bm25s.tokenize(sub, stopwords="en", stemmer=stemmer, return_ids=False,
-                                      show_progress=False)
+            q_tokens = bm25s.tokenize(
+                sub, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+            )
             return [np.argsort(-okapi.get_scores(q))[:k] for q in q_tokens]
 
         run_rank()

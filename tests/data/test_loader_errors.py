@@ -10,7 +10,11 @@ from ragrl.data.loaders import load_bamboogle, load_dataset, load_hotpotqa, load
 from ragrl.errors import DataError, RagrlError
 
 GOOD_HOTPOT = {
-    "_id": "a1", "question": "Q?", "answer": "A", "type": "bridge", "level": "hard",
+    "_id": "a1",
+    "question": "Q?",
+    "answer": "A",
+    "type": "bridge",
+    "level": "hard",
     "supporting_facts": [["T1", 0], ["T2", 1]],
     "context": [["T1", ["One.", " Two."]], ["T2", ["Three.", " Four."]]],
 }
@@ -57,10 +61,16 @@ def test_json_array_errors_give_line_and_record_index(tmp_path):
 
 def test_pandas_columns_errors_give_row_label(tmp_path):
     path = tmp_path / "cols.json"
-    path.write_text(json.dumps({
-        "_id": {"7": "a", "9": "b"}, "question": {"7": "Q?", "9": 5}, "answer": {"7": "A", "9": "B"},
-        "type": {"7": "compositional", "9": "compositional"},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "_id": {"7": "a", "9": "b"},
+                "question": {"7": "Q?", "9": 5},
+                "answer": {"7": "A", "9": "B"},
+                "type": {"7": "compositional", "9": "compositional"},
+            }
+        )
+    )
     with pytest.raises(DataError) as e:
         load_dataset(path)
     assert str(e.value) == f"{path}: row '9': field 'question': must be a string, got int"
@@ -100,17 +110,22 @@ def test_unresolved_facts_are_kept_and_reported(tmp_path):
 
 
 def test_duplicate_title_uses_first_paragraph_with_that_sentence(tmp_path):
-    rec = dict(GOOD_HOTPOT, supporting_facts=[["T", 2]],
-               context=[["T", ["a."]], ["T", ["b.", " c.", " d."]]])
+    rec = dict(GOOD_HOTPOT, supporting_facts=[["T", 2]], context=[["T", ["a."]], ["T", ["b.", " c.", " d."]]])
     (ex,), _ = load_hotpotqa(_jsonl(tmp_path / "h.jsonl", [rec]))
     assert ex.supporting_ids == [ex.passages[1].id]
     assert ex.passages[1].text == "b. c. d."
 
 
 def test_musique_errors(tmp_path):
-    rec = {"id": "2hop__1_2", "question": "Q?", "answer": "A", "answer_aliases": [], "answerable": True,
-           "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": 3, "is_supporting": True}],
-           "question_decomposition": []}
+    rec = {
+        "id": "2hop__1_2",
+        "question": "Q?",
+        "answer": "A",
+        "answer_aliases": [],
+        "answerable": True,
+        "paragraphs": [{"idx": 0, "title": "T", "paragraph_text": 3, "is_supporting": True}],
+        "question_decomposition": [],
+    }
     path = _jsonl(tmp_path / "m.jsonl", [rec])
     with pytest.raises(DataError) as e:
         load_musique(path)

@@ -93,7 +93,9 @@ def test_hotpotqa(hotpot, shared_data):
     titles = {p.id: p.title for p in first.passages}
     assert [titles[i] for i in first.supporting_ids] == ["Kiss and Tell (1945 film)", "Shirley Temple"]
     assert first.metadata["supporting_facts"] == [
-        ["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 0], ["Shirley Temple", 1]
+        ["Kiss and Tell (1945 film)", 0],
+        ["Shirley Temple", 0],
+        ["Shirley Temple", 1],
     ]
     assert first.metadata["source"] == "hotpotqa"
     raw = _raw_jsonl(shared_data / HOTPOT)[0]
@@ -110,14 +112,26 @@ def test_hotpotqa_json_array_and_hf_dict_layouts(hotpot, shared_data, tmp_path):
     hf = tmp_path / "hotpot_hf.jsonl"
     with hf.open("w") as f:
         for r in raws:
-            f.write(json.dumps({
-                "id": r["_id"], "question": r["question"], "answer": r["answer"],
-                "type": r["type"], "level": r["level"],
-                "supporting_facts": {"title": [t for t, _ in r["supporting_facts"]],
-                                     "sent_id": [s for _, s in r["supporting_facts"]]},
-                "context": {"title": [t for t, _ in r["context"]],
-                            "sentences": [s for _, s in r["context"]]},
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": r["_id"],
+                        "question": r["question"],
+                        "answer": r["answer"],
+                        "type": r["type"],
+                        "level": r["level"],
+                        "supporting_facts": {
+                            "title": [t for t, _ in r["supporting_facts"]],
+                            "sent_id": [s for _, s in r["supporting_facts"]],
+                        },
+                        "context": {
+                            "title": [t for t, _ in r["context"]],
+                            "sentences": [s for _, s in r["context"]],
+                        },
+                    }
+                )
+                + "\n"
+            )
     expected = [e.to_record() for e in hotpot[0][:40]]
     for path in (array, hf):
         assert detect_format(path) == "hotpotqa"
@@ -130,14 +144,20 @@ def test_2wiki_pandas_columns(twowiki):
     examples, report = twowiki
     assert len(examples) == 500
     assert Counter(e.metadata["type"] for e in examples) == {
-        "compositional": 202, "bridge_comparison": 130, "comparison": 104, "inference": 64
+        "compositional": 202,
+        "bridge_comparison": 130,
+        "comparison": 104,
+        "inference": 64,
     }
     assert Counter(e.metadata["hops"] for e in examples) == {2: 370, 4: 130}
     assert Counter(len(e.supporting_ids) for e in examples) == {2: 367, 4: 130, 1: 3}
     assert all(len(e.passages) == 10 for e in examples)
     # exactly 3 questions have a supporting fact whose sentence index is out of range
-    unresolved = {e.id: e.metadata["unresolved_supporting_facts"]
-                  for e in examples if "unresolved_supporting_facts" in e.metadata}
+    unresolved = {
+        e.id: e.metadata["unresolved_supporting_facts"]
+        for e in examples
+        if "unresolved_supporting_facts" in e.metadata
+    }
     assert unresolved == {
         "c049b0240bdd11eba7f7acde48001122": [["Mario Bava", 13]],
         "2a84a2920bdd11eba7f7acde48001122": [["Georges Lautner", 3]],
@@ -173,7 +193,10 @@ def test_2wiki_without_context(shared_data):
     examples, report = load_2wiki(shared_data / TWOWIKI_LAG)
     assert len(examples) == 4000
     assert Counter(e.metadata["type"] for e in examples) == {
-        "compositional": 1739, "comparison": 925, "bridge_comparison": 861, "inference": 475
+        "compositional": 1739,
+        "comparison": 925,
+        "bridge_comparison": 861,
+        "inference": 475,
     }
     assert all(e.passages is None and e.supporting_ids == [] for e in examples)
     assert all(e.metadata["supporting_facts"] for e in examples)
@@ -185,7 +208,12 @@ def test_musique(musique, shared_data):
     examples, report = musique
     assert len(examples) == 200 and not report.warnings
     assert Counter(e.metadata["type"] for e in examples) == {
-        "2hop": 145, "3hop1": 28, "3hop2": 4, "4hop1": 18, "4hop2": 1, "4hop3": 4
+        "2hop": 145,
+        "3hop1": 28,
+        "3hop2": 4,
+        "4hop1": 18,
+        "4hop2": 1,
+        "4hop3": 4,
     }
     assert Counter(e.metadata["hops"] for e in examples) == {2: 145, 3: 32, 4: 23}
     assert all(e.metadata["answerable"] is True for e in examples)
@@ -211,16 +239,23 @@ def test_musique_without_paragraphs(shared_data):
     assert len(examples) == 2417
     assert examples[0].id == "2hop__460946_294723"
     assert Counter(e.metadata["type"] for e in examples) == {
-        "2hop": 1252, "3hop1": 568, "3hop2": 192, "4hop1": 246, "4hop2": 64, "4hop3": 95
+        "2hop": 1252,
+        "3hop1": 568,
+        "3hop2": 192,
+        "4hop1": 246,
+        "4hop2": 64,
+        "4hop3": 95,
     }
     first = examples[0]
     assert first.passages is None and first.supporting_ids == []
     assert [(s.question, s.answers) for s in first.decomposition] == [
-        ("Green >> performer", ("Steve Hillage",)), ("#1 >> spouse", ("Miquette Giraudy",))
+        ("Green >> performer", ("Steve Hillage",)),
+        ("#1 >> spouse", ("Miquette Giraudy",)),
     ]
     assert first.metadata["supporting_paragraph_idxs"] == [5, 10]
     assert first.metadata["supporting_document_ids"] == [
-        "Green (Steve Hillage album)_0", "Miquette Giraudy_0"
+        "Green (Steve Hillage album)_0",
+        "Miquette Giraudy_0",
     ]
     assert len(report.warnings) == 1 and "2417 records have no 'paragraphs'" in report.warnings[0]
 
@@ -239,7 +274,8 @@ def test_bamboogle_three_layouts(shared_data):
     assert {e.metadata["source"] for e in csv_ex + json_ex + fr_ex} == {"bamboogle"}
     steps = json_ex[1].decomposition
     assert [s.question for s in steps] == [
-        "What was the first spacecraft that ever approached Uranus?", "What rocket was Voyager 2 launched on?"
+        "What was the first spacecraft that ever approached Uranus?",
+        "What rocket was Voyager 2 launched on?",
     ]
     assert steps[1].answers == ("titan iiie-centaur", "titan iiie")
     assert {e.metadata["hops"] for e in json_ex} == {2}

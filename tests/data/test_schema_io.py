@@ -102,3 +102,27 @@ def test_read_corpus_formats(tmp_path):
     )
     with pytest.raises(DataError, match="c.jsonl:2: field 'id': duplicate id"):
         read_corpus(jl)
+
+
+def test_read_corpora_merges_by_id_and_rejects_conflicts(tmp_path):
+    from ragrl.data import read_corpora
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(
+        a, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "1", "contents": "U\nmore"})]
+    )
+    _write(
+        b, [json.dumps({"id": "1", "contents": "U\nmore"}), json.dumps({"id": "2", "contents": "V\nlast"})]
+    )
+    passages, reports = read_corpora([a, b])
+    assert [p.id for p in passages] == ["0", "1", "2"]
+    assert [r.read for r in reports] == [2, 2]
+    _write(b, [json.dumps({"id": "1", "contents": "U\nchanged"})])
+    with pytest.raises(DataError, match=r"b.jsonl: field 'id': passage id '1' has different contents"):
+        read_corpora([a, b])
+
+
+def test_written_files_are_readable_by_others(tmp_path):
+    path = tmp_path / "q.jsonl"
+    write_examples(path, [Example("1", "q?", ["a"])])
+    assert path.stat().st_mode & 0o044 == 0o044

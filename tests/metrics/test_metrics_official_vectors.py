@@ -63,9 +63,17 @@ def test_joint_matches_official_eval():
         sp = supporting_fact_scores(case["pred_sp"], case["gold_sp"])
         joint = joint_scores(em, p, r, sp)
         got = {
-            "em": em, "f1": f, "prec": p, "recall": r,
-            "sp_em": sp.em, "sp_f1": sp.f1, "sp_prec": sp.precision, "sp_recall": sp.recall,
-            "joint_em": joint.em, "joint_f1": joint.f1, "joint_prec": joint.precision,
+            "em": em,
+            "f1": f,
+            "prec": p,
+            "recall": r,
+            "sp_em": sp.em,
+            "sp_f1": sp.f1,
+            "sp_prec": sp.precision,
+            "sp_recall": sp.recall,
+            "joint_em": joint.em,
+            "joint_f1": joint.f1,
+            "joint_prec": joint.precision,
             "joint_recall": joint.recall,
         }
         assert got == want, case

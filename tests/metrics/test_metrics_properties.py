@@ -20,8 +20,26 @@ from ragrl.metrics import (
     substring_acc,
 )
 
-WORDS = st.sampled_from(["a", "an", "the", "The", "yes", "no", "noanswer", "True", "cat", "U.S.", "x_y",
-                         "Röntgen", "1,000", "’s", "new", "york"])
+WORDS = st.sampled_from(
+    [
+        "a",
+        "an",
+        "the",
+        "The",
+        "yes",
+        "no",
+        "noanswer",
+        "True",
+        "cat",
+        "U.S.",
+        "x_y",
+        "Röntgen",
+        "1,000",
+        "’s",
+        "new",
+        "york",
+    ]
+)
 TEXT = st.one_of(
     st.text(max_size=20), st.lists(st.one_of(WORDS, st.text(max_size=3)), max_size=6).map(" ".join)
 )

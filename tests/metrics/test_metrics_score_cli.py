@@ -11,17 +11,31 @@ from ragrl.cli import app, main
 from ragrl.errors import DataError, RagrlError
 
 GOLD = [
-    {"id": "q1", "question": "Who?", "golden_answers": ["Chief of Protocol"],
-     "metadata": {"supporting_ids": ["p1", "p2"],
-                  "supporting_facts": [["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 1]]}},
-    {"id": "q2", "question": "Same country?", "golden_answers": ["yes"],
-     "metadata": {"supporting_ids": ["p3"], "supporting_facts": [["A", 0]]}},
+    {
+        "id": "q1",
+        "question": "Who?",
+        "golden_answers": ["Chief of Protocol"],
+        "metadata": {
+            "supporting_ids": ["p1", "p2"],
+            "supporting_facts": [["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 1]],
+        },
+    },
+    {
+        "id": "q2",
+        "question": "Same country?",
+        "golden_answers": ["yes"],
+        "metadata": {"supporting_ids": ["p3"], "supporting_facts": [["A", 0]]},
+    },
     {"id": "q3", "question": "Where?", "golden_answers": ["U.S.", "United States"]},
     {"id": "q4", "question": "Missing?", "golden_answers": ["nobody"]},
 ]
 PREDS = [
-    {"id": "q1", "prediction": "the chief of protocol", "retrieved_ids": ["p9", "p1", "p1", "p2"],
-     "supporting_facts": [["Kiss and Tell (1945 film)", 0]]},
+    {
+        "id": "q1",
+        "prediction": "the chief of protocol",
+        "retrieved_ids": ["p9", "p1", "p1", "p2"],
+        "supporting_facts": [["Kiss and Tell (1945 film)", 0]],
+    },
     {"id": "q2", "prediction": "no", "retrieved_ids": ["p3"], "supporting_facts": [["A", 0]]},
     {"id": "q3", "prediction": "US", "retrieved_ids": ["p5"]},
     {"id": "zz", "prediction": "stray"},
@@ -83,8 +97,9 @@ def test_missing_as_zero_and_bootstrap(files):
     assert summary["em"] == pytest.approx(2 / 4)
     lo, hi = summary["bootstrap"]["ci95"]["em"]
     assert 0.0 <= lo <= summary["em"] <= hi <= 1.0
-    again = json.loads(run(pred, "--gold", gold, "--metrics", "answer", "--missing-as-zero",
-                           "--bootstrap", "200").stdout)
+    again = json.loads(
+        run(pred, "--gold", gold, "--metrics", "answer", "--missing-as-zero", "--bootstrap", "200").stdout
+    )
     assert again["bootstrap"] == summary["bootstrap"]  # seeded
 
 
@@ -140,8 +155,10 @@ def test_main_prints_error_and_exits_2(tmp_path, files, capsys):
 
 
 def test_bad_gold_supporting_facts_only_matter_when_used(tmp_path):
-    gold = write(tmp_path / "g.jsonl", [{"id": "q1", "question": "Q?", "golden_answers": ["a"],
-                                         "metadata": {"supporting_facts": "oops"}}])
+    gold = write(
+        tmp_path / "g.jsonl",
+        [{"id": "q1", "question": "Q?", "golden_answers": ["a"], "metadata": {"supporting_facts": "oops"}}],
+    )
     ok = write(tmp_path / "p1.jsonl", [{"id": "q1", "prediction": "a"}])
     assert json.loads(run(ok, "--gold", gold).stdout)["em"] == 1.0
     sp = write(tmp_path / "p2.jsonl", [{"id": "q1", "prediction": "a", "supporting_facts": [["A", 0]]}])
@@ -151,8 +168,10 @@ def test_bad_gold_supporting_facts_only_matter_when_used(tmp_path):
 
 def test_retrieved_texts_give_answer_recall(tmp_path, files):
     _, gold = files
-    pred = write(tmp_path / "p.jsonl", [{"id": "q3", "prediction": "x",
-                                         "retrieved_texts": ["nothing", "born in the U.S."]}])
+    pred = write(
+        tmp_path / "p.jsonl",
+        [{"id": "q3", "prediction": "x", "retrieved_texts": ["nothing", "born in the U.S."]}],
+    )
     summary = json.loads(run(pred, "--gold", gold, "--ks", "1,2").stdout)
     assert summary["answer_recall@1"] == 0.0 and summary["answer_recall@2"] == 1.0
     assert "recall@1" not in summary

@@ -92,9 +92,14 @@ def test_answer_recall():
 def test_retrieval_scores_and_aggregate():
     a = retrieval_scores(RANKED, None, GOLD, ["x"], ks=(1, 4))
     assert a == {
-        "recall@1": 0.0, "full_recall@1": 0.0, "precision@1": 0.0,
-        "recall@4": 1.0, "full_recall@4": 1.0, "precision@4": 0.5,
-        "mrr": 0.5, "map": pytest.approx(0.5),
+        "recall@1": 0.0,
+        "full_recall@1": 0.0,
+        "precision@1": 0.0,
+        "recall@4": 1.0,
+        "full_recall@4": 1.0,
+        "precision@4": 0.5,
+        "mrr": 0.5,
+        "map": pytest.approx(0.5),
     }
     b = retrieval_scores(["z"], ["the answer is x"], [], ["x"], ks=(1, 4))
     assert b == {"answer_recall@1": 1.0, "answer_recall@4": 1.0}

@@ -12,15 +12,24 @@ HIPPO = "corpus/OSU-NLP-Group__HippoRAG/2wikimultihopqa_corpus.json"
 def toy_passages() -> list[Passage]:
     return [
         Passage.make("Paris", "Paris is the capital and largest city of France, on the river Seine."),
-        Passage.make("Python (programming language)",
-                     "Python is a programming language created by Guido van Rossum in 1991."),
-        Passage.make("Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the "
-                     "Himalayas."),
+        Passage.make(
+            "Python (programming language)",
+            "Python is a programming language created by Guido van Rossum in 1991.",
+        ),
+        Passage.make(
+            "Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."
+        ),
         Passage.make("Berlin", "Berlin is the capital and largest city of Germany."),
-        Passage.make("Great Barrier Reef", "The Great Barrier Reef is the world's largest coral reef system, "
-                     "off the coast of Queensland, Australia."),
-        Passage.make("Amazon River", "The Amazon River in South America is the largest river by discharge "
-                     "volume of water in the world."),
+        Passage.make(
+            "Great Barrier Reef",
+            "The Great Barrier Reef is the world's largest coral reef system, "
+            "off the coast of Queensland, Australia.",
+        ),
+        Passage.make(
+            "Amazon River",
+            "The Amazon River in South America is the largest river by discharge "
+            "volume of water in the world.",
+        ),
     ]
 
 

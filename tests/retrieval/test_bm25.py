@@ -87,8 +87,9 @@ def test_bad_index_dirs(tmp_path, toy_bm25):
     (tmp_path / "bad" / MANIFEST_NAME).write_text("{not json")
     with pytest.raises(RagrlError, match="invalid JSON"):
         load_retriever(tmp_path / "bad")
-    (tmp_path / "bad" / MANIFEST_NAME).write_text(json.dumps({"type": "splade", "params": {},
-                                                              "corpus_hash": "x"}))
+    (tmp_path / "bad" / MANIFEST_NAME).write_text(
+        json.dumps({"type": "splade", "params": {}, "corpus_hash": "x"})
+    )
     with pytest.raises(RagrlError, match="unknown retriever type 'splade'"):
         load_retriever(tmp_path / "bad")
     toy_bm25.save(tmp_path / "partial")

@@ -16,10 +16,12 @@ runner = CliRunner()
 def built(tmp_path_factory, toy_passages):
     d = tmp_path_factory.mktemp("cli")
     half = len(toy_passages) // 2
-    write_corpus(d / "c1.jsonl", toy_passages[:half + 1])
+    write_corpus(d / "c1.jsonl", toy_passages[: half + 1])
     write_corpus(d / "c2.jsonl", toy_passages[half:])  # overlaps c1 by one passage: merged by id
-    result = runner.invoke(app, ["index", str(d / "c1.jsonl"), str(d / "c2.jsonl"), "--retriever", "bm25",
-                                 "--out", str(d / "idx")])
+    result = runner.invoke(
+        app,
+        ["index", str(d / "c1.jsonl"), str(d / "c2.jsonl"), "--retriever", "bm25", "--out", str(d / "idx")],
+    )
     assert result.exit_code == 0, result.output
     assert f"indexed {len(toy_passages)} passages with bm25" in result.output
     return d
@@ -46,10 +48,18 @@ def _questions(built, toy_passages):
     by_title = {p.title: p for p in toy_passages}
     examples = [
         Example("q1", "Which city is the capital of Germany?", ["Berlin"], [by_title["Berlin"].id]),
-        Example("q2", "Who created the Python programming language?", ["Guido van Rossum"],
-                [by_title["Python (programming language)"].id]),
-        Example("q3", "What is the highest mountain?", ["Mount Everest"],
-                [by_title["Mount Everest"].id, by_title["Paris"].id]),
+        Example(
+            "q2",
+            "Who created the Python programming language?",
+            ["Guido van Rossum"],
+            [by_title["Python (programming language)"].id],
+        ),
+        Example(
+            "q3",
+            "What is the highest mountain?",
+            ["Mount Everest"],
+            [by_title["Mount Everest"].id, by_title["Paris"].id],
+        ),
     ]
     write_examples(built / "q.jsonl", examples)
     return built / "q.jsonl"
@@ -58,12 +68,26 @@ def _questions(built, toy_passages):
 def test_search_question_file_out_and_eval(built, toy_passages):
     pytest.importorskip("ragrl.metrics.retrieval")
     qfile = _questions(built, toy_passages)
-    result = runner.invoke(app, ["search", str(built / "idx"), "--queries", str(qfile), "-k", "1",
-                                 "--out", str(built / "hits.jsonl"), "--eval", "--eval-k", "1,5"])
+    result = runner.invoke(
+        app,
+        [
+            "search",
+            str(built / "idx"),
+            "--queries",
+            str(qfile),
+            "-k",
+            "1",
+            "--out",
+            str(built / "hits.jsonl"),
+            "--eval",
+            "--eval-k",
+            "1,5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     recs = [json.loads(line) for line in (built / "hits.jsonl").read_text().splitlines()]
     assert [r["id"] for r in recs] == ["q1", "q2", "q3"] and all(len(r["hits"]) == 1 for r in recs)
-    metrics = json.loads(result.stdout[result.stdout.index("{"):])
+    metrics = json.loads(result.stdout[result.stdout.index("{") :])
     assert metrics["n"] == 3 and metrics["k"] == [1, 5]
     assert metrics["recall@1"] == pytest.approx((1 + 1 + 0.5) / 3)
     assert metrics["full_recall@1"] == pytest.approx(2 / 3)
@@ -101,8 +125,17 @@ def test_cli_errors_are_one_line(built, tmp_path, capsys):
     assert "either a QUERY or --queries" in capsys.readouterr().err
     (tmp_path / "q.db").write_text("")
     with pytest.raises(SystemExit):
-        main(["search", str(built / "idx"), "never asked", "--cache", str(tmp_path / "new.db"),
-              "--cache-mode", "replay"])
+        main(
+            [
+                "search",
+                str(built / "idx"),
+                "never asked",
+                "--cache",
+                str(tmp_path / "new.db"),
+                "--cache-mode",
+                "replay",
+            ]
+        )
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -112,3 +145,41 @@ def test_cli_replay_miss_names_query(built, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["search", str(built / "idx"), "never asked", "--cache", str(db), "--cache-mode", "replay"])
     assert "replay miss: query 'never asked'" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_dense_and_hybrid_index_from_cli(built, toy_passages):
+    pytest.importorskip("faiss")
+    dense = built / "dense"
+    result = runner.invoke(
+        app,
+        [
+            "index",
+            str(built / "c1.jsonl"),
+            str(built / "c2.jsonl"),
+            "--retriever",
+            "dense",
+            "--device",
+            "cpu",
+            "--out",
+            str(dense),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert f"indexed {len(toy_passages)} passages with dense" in result.output
+    hybrid = built / "hybrid"
+    result = runner.invoke(
+        app,
+        ["index", "--retriever", "hybrid", "--components", f"{built / 'idx'},{dense}", "--out", str(hybrid)],
+    )
+    assert result.exit_code == 0, result.output
+    for index_dir in (dense, hybrid):
+        result = runner.invoke(app, ["search", str(index_dir), "--queries", str(built / "q.txt"), "-k", "2"])
+        assert result.exit_code == 0, result.output
+        first = json.loads(result.stdout.splitlines()[0])
+        assert first["hits"][0]["title"] == "Berlin"  # "capital of Germany"
+
+
+def test_index_without_corpus_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["index", "--out", str(tmp_path / "x")])
+    assert result.exit_code != 0
+    assert "give at least one CORPUS file" in str(result.exception) + result.output

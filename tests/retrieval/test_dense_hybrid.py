@@ -58,6 +58,7 @@ def test_rrf_ties_broken_by_best_rank_then_id():
     assert [h.passage.id for h in fused] == ["d3", "d4", "d0"]
     assert [h.score for h in fused] == [1.0, 1.0, 1.0]
 
+
 def test_hybrid_depth_is_max_of_k_and_depth():
     seen = []
 
@@ -72,11 +73,17 @@ def test_hybrid_depth_is_max_of_k_and_depth():
 
 
 def test_dense_paraphrase_and_cosine(minilm_dense):
-    queries = ["what is the tallest peak on the planet", "which snake-named language did Guido write",
-               "biggest coral system near Queensland"]
+    queries = [
+        "what is the tallest peak on the planet",
+        "which snake-named language did Guido write",
+        "biggest coral system near Queensland",
+    ]
     hits = minilm_dense.search(queries, k=3)
-    assert [h[0].passage.title for h in hits] == ["Mount Everest", "Python (programming language)",
-                                                 "Great Barrier Reef"]
+    assert [h[0].passage.title for h in hits] == [
+        "Mount Everest",
+        "Python (programming language)",
+        "Great Barrier Reef",
+    ]
     for row in hits:
         assert all(-1.0 - 1e-5 <= h.score <= 1.0 + 1e-5 for h in row)
         assert all(a.score >= b.score for a, b in zip(row, row[1:], strict=False))

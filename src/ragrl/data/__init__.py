@@ -1,6 +1,6 @@
 """Canonical data: the ``Example``/``Passage`` schema, file I/O, dataset loaders and statistics."""
 
-from ragrl.data.io import LoadReport, read_corpus, read_examples, write_corpus, write_examples
+from ragrl.data.io import LoadReport, read_corpora, read_corpus, read_examples, write_corpus, write_examples
 from ragrl.data.loaders import FORMATS, load_dataset
 from ragrl.data.schema import Example, Passage, SubQuestion, passage_id
 
@@ -12,6 +12,7 @@ __all__ = [
     "Passage",
     "SubQuestion",
     "passage_id",
+    "read_corpora",
     "read_corpus",
     "read_examples",
     "write_corpus",

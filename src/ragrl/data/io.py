@@ -196,5 +196,27 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
     return list(by_id.values()), report
 
 
+def read_corpora(paths: Iterable[str | Path]) -> tuple[list[Passage], list[LoadReport]]:
+    """Read several corpus files and merge them by passage id (first-seen order).
+
+    The same id with different contents in two files is a ``DataError`` naming the later file.
+    """
+    merged: dict[str, Passage] = {}
+    reports = []
+    for path in paths:
+        passages, report = read_corpus(path)
+        for p in passages:
+            old = merged.get(p.id)
+            if old is not None and old != p:
+                raise DataError(
+                    f"passage id {p.id!r} has different contents in an earlier corpus file",
+                    path=path,
+                    field="id",
+                )
+            merged[p.id] = p
+        reports.append(report)
+    return list(merged.values()), reports
+
+
 def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:
     return write_jsonl(path, (p.to_corpus_record() for p in passages))

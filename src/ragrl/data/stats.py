@@ -107,10 +107,11 @@ def print_stats(stats: dict[str, Any], *, title: str = "", console: Console | No
         ("questions with given passages", gp["questions_with_passages"]),
         ("given passages (total / distinct)", f"{gp['total']} / {gp['distinct']}"),
         ("answer tokens (mean / median / max)", f"{at['mean']:.2f} / {at['median']:g} / {at['max']}"),
-        ("aliases (total / questions with any / max)",
-         f"{al['total']} / {al['questions_with_aliases']} / {al['max']}"),
-        ("unresolved supporting facts (questions / facts)",
-         f"{un['questions']} / {un['facts']}"),
+        (
+            "aliases (total / questions with any / max)",
+            f"{al['total']} / {al['questions_with_aliases']} / {al['max']}",
+        ),
+        ("unresolved supporting facts (questions / facts)", f"{un['questions']} / {un['facts']}"),
     ]
     for what, value in rows:
         overview.add_row(what, str(value))

@@ -105,9 +105,7 @@ def substring_acc(prediction: str, golds: Golds, variant: str = "squad") -> floa
     return 1.0 if any(norm(g) in pred for g in _golds(golds)) else 0.0
 
 
-def contains_answer(
-    text: str, golds: Golds, word_boundary: bool = False, variant: str = "squad"
-) -> bool:
+def contains_answer(text: str, golds: Golds, word_boundary: bool = False, variant: str = "squad") -> bool:
     """Whether some gold answer appears in ``text`` (Eval-RAR's evaluation reward, AutoRefine's refine
     reward): ``normalize(gold) in normalize(text)``.
 

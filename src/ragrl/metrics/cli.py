@@ -36,36 +36,45 @@ def score(
     ],
     gold: Annotated[
         Path,
-        typer.Option("--gold", "-g", help="Canonical question file (jsonl) with the gold answers.",
-                     show_default=False),
+        typer.Option(
+            "--gold", "-g", help="Canonical question file (jsonl) with the gold answers.", show_default=False
+        ),
     ],
     variant: Annotated[
         str,
-        typer.Option("--variant", "-v",
-                     help="Answer normalization: " + ", ".join(VARIANTS) + " (see docs/metrics.md)."),
+        typer.Option(
+            "--variant", "-v", help="Answer normalization: " + ", ".join(VARIANTS) + " (see docs/metrics.md)."
+        ),
     ] = "squad",
     metrics: Annotated[
         str | None,
-        typer.Option("--metrics", "-m",
-                     help="Comma-separated metrics or groups (answer, sp, joint, retrieval; em, f1, "
-                     "cover_em, acc, recall@5, mrr, ...). Default: every applicable metric."),
+        typer.Option(
+            "--metrics",
+            "-m",
+            help="Comma-separated metrics or groups (answer, sp, joint, retrieval; em, f1, "
+            "cover_em, acc, recall@5, mrr, ...). Default: every applicable metric.",
+        ),
     ] = None,
-    ks: Annotated[
-        str, typer.Option("--ks", help="Retrieval cut-offs, comma-separated.")
-    ] = ",".join(map(str, DEFAULT_KS)),
+    ks: Annotated[str, typer.Option("--ks", help="Retrieval cut-offs, comma-separated.")] = ",".join(
+        map(str, DEFAULT_KS)
+    ),
     per_example: Annotated[
         Path | None,
         typer.Option("--per-example", help="Also write every metric per id to this jsonl file."),
     ] = None,
     missing_as_zero: Annotated[
         bool,
-        typer.Option("--missing-as-zero",
-                     help="Count gold examples without a prediction as 0 (the official HotpotQA "
-                     "script's averaging) instead of leaving them out of the means."),
+        typer.Option(
+            "--missing-as-zero",
+            help="Count gold examples without a prediction as 0 (the official HotpotQA "
+            "script's averaging) instead of leaving them out of the means.",
+        ),
     ] = False,
     bootstrap: Annotated[
-        int, typer.Option("--bootstrap", min=0,
-                          help="Bootstrap resamples for 95% confidence intervals (0: none).")
+        int,
+        typer.Option(
+            "--bootstrap", min=0, help="Bootstrap resamples for 95% confidence intervals (0: none)."
+        ),
     ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
 ) -> None:
@@ -81,14 +90,17 @@ def score(
         seed=seed,
     )
     summary = result.summary
-    for key, label in (("missing_predictions", "gold examples have no prediction"),
-                       ("unknown_ids", "predictions have an id not in the gold file")):
+    for key, label in (
+        ("missing_predictions", "gold examples have no prediction"),
+        ("unknown_ids", "predictions have an id not in the gold file"),
+    ):
         info = summary[key]
         if info["count"]:
-            console.print(f"[yellow]warning:[/] {info['count']} {label}, first: "
-                          f"{', '.join(info['first_ids'])}", highlight=False)
+            console.print(
+                f"[yellow]warning:[/] {info['count']} {label}, first: {', '.join(info['first_ids'])}",
+                highlight=False,
+            )
     if per_example is not None:
         write_jsonl(per_example, result.per_example)
-        console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}",
-                      highlight=False)
+        console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}", highlight=False)
     typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))

@@ -131,9 +131,7 @@ _VARIANTS: dict[str, Variant] = {
 }
 _ALIASES: dict[str, str] = {a: v.name for v in _VARIANTS.values() for a in v.aliases}
 
-VARIANTS: dict[str, str] = {
-    name: f"{v.steps}. Used by: {v.used_by}." for name, v in _VARIANTS.items()
-}
+VARIANTS: dict[str, str] = {name: f"{v.steps}. Used by: {v.used_by}." for name, v in _VARIANTS.items()}
 """Variant name → what it does and who uses it (canonical names only; see ``variant_names``)."""
 
 
@@ -151,8 +149,12 @@ def get_variant(name: str) -> Variant:
     try:
         return _VARIANTS[key]
     except (KeyError, TypeError):
-        valid = ", ".join(_VARIANTS) + " (aliases: " + ", ".join(
-            f"{a}={c}" for a, c in sorted(_ALIASES.items())) + ")"
+        valid = (
+            ", ".join(_VARIANTS)
+            + " (aliases: "
+            + ", ".join(f"{a}={c}" for a, c in sorted(_ALIASES.items()))
+            + ")"
+        )
         raise RagrlError(f"unknown normalization variant {name!r}; valid: {valid}") from None
 
 

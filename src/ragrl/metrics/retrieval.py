@@ -15,6 +15,7 @@ Conventions (the same for every id-based metric):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Sequence
 
 from ragrl.metrics.normalize import get_variant
@@ -86,9 +87,7 @@ def answer_recall_at_k(
     return 0.0
 
 
-def reciprocal_rank(
-    retrieved_ids: Sequence[str], gold_ids: Collection[str], k: int | None = None
-) -> float:
+def reciprocal_rank(retrieved_ids: Sequence[str], gold_ids: Collection[str], k: int | None = None) -> float:
     """``1 / rank`` of the first gold id within the top k (0.0 if none)."""
     _check_k(k, allow_none=True)
     gold = _gold_set(gold_ids)
@@ -98,9 +97,7 @@ def reciprocal_rank(
     return 0.0
 
 
-def average_precision(
-    retrieved_ids: Sequence[str], gold_ids: Collection[str], k: int | None = None
-) -> float:
+def average_precision(retrieved_ids: Sequence[str], gold_ids: Collection[str], k: int | None = None) -> float:
     """Sum of precision@i over the ranks i (≤ k) holding a gold id, divided by ``|gold|``."""
     _check_k(k, allow_none=True)
     gold = _gold_set(gold_ids)
@@ -147,8 +144,7 @@ def retrieval_scores(
 def aggregate_retrieval(rows: Iterable[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the rows that have it, plus ``n`` (rows seen) and ``n_without_gold``
     (rows without id-based metrics, i.e. examples that had no gold ids)."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    values: dict[str, list[float]] = {}
     n = 0
     n_without_gold = 0
     for row in rows:
@@ -156,9 +152,8 @@ def aggregate_retrieval(rows: Iterable[dict[str, float]]) -> dict[str, float]:
         if "mrr" not in row:
             n_without_gold += 1
         for key, value in row.items():
-            sums[key] = sums.get(key, 0.0) + value
-            counts[key] = counts.get(key, 0) + 1
-    out: dict[str, float] = {key: sums[key] / counts[key] for key in sums}
+            values.setdefault(key, []).append(value)
+    out: dict[str, float] = {key: math.fsum(vals) / len(vals) for key, vals in values.items()}
     out["n"] = n
     out["n_without_gold"] = n_without_gold
     return out

@@ -15,6 +15,7 @@ which is how the official HotpotQA script averages (it divides by the number of 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -320,7 +321,7 @@ def score_predictions(
     summary: dict[str, Any] = {"variant": canonical}
     for key in metric_keys:
         vals = [row[key] for row in per_example if key in row]
-        summary[key] = sum(vals) / len(vals)
+        summary[key] = math.fsum(vals) / len(vals)
     summary["n_gold"] = len(examples)
     summary["n_predictions"] = len(predictions)
     summary["n_scored"] = len(examples) - len(missing)

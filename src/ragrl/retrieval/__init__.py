@@ -18,4 +18,3 @@ __all__ = [
     "load_retriever",
     "rrf_fuse",
 ]
-

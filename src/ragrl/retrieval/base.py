@@ -40,8 +40,12 @@ class Hit:
         return self.passage.id
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.passage.id, "title": self.passage.title, "text": self.passage.text,
-                "score": self.score}
+        return {
+            "id": self.passage.id,
+            "title": self.passage.title,
+            "text": self.passage.text,
+            "score": self.score,
+        }
 
 
 @runtime_checkable
@@ -81,12 +85,19 @@ def check_k(k: int) -> int:
     return k
 
 
-def write_manifest(directory: str | Path, kind: str, params: dict[str, Any], corpus: str,
-                   fingerprint: str, **extra: Any) -> None:
+def write_manifest(
+    directory: str | Path, kind: str, params: dict[str, Any], corpus: str, fingerprint: str, **extra: Any
+) -> None:
     from ragrl import __version__
 
-    manifest = {"type": kind, "params": params, "corpus_hash": corpus, "fingerprint": fingerprint,
-                "ragrl_version": __version__, **extra}
+    manifest = {
+        "type": kind,
+        "params": params,
+        "corpus_hash": corpus,
+        "fingerprint": fingerprint,
+        "ragrl_version": __version__,
+        **extra,
+    }
     path = Path(directory) / MANIFEST_NAME
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -148,8 +159,10 @@ def load_retriever(directory: str | Path, **options: Any) -> Retriever:
     elif kind == "hybrid":
         from ragrl.retrieval.hybrid import HybridRetriever as cls
     else:
-        raise RagrlError(f"{Path(directory) / MANIFEST_NAME}: unknown retriever type {kind!r} "
-                         "(expected bm25, dense or hybrid)")
+        raise RagrlError(
+            f"{Path(directory) / MANIFEST_NAME}: unknown retriever type {kind!r} "
+            "(expected bm25, dense or hybrid)"
+        )
     accepted = inspect.signature(cls.load).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
         options = {k: v for k, v in options.items() if k in accepted}

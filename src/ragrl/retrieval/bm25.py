@@ -54,10 +54,20 @@ class BM25Retriever:
 
     kind = "bm25"
 
-    def __init__(self, model: bm25s.BM25, passages: list[Passage], *, method: str = "lucene",
-                 k1: float = 1.5, b: float = 0.75, delta: float = 0.5, stemmer: bool = True,
-                 stopwords: str | None = "en", n_threads: int = 0,
-                 corpus_digest: str | None = None) -> None:
+    def __init__(
+        self,
+        model: bm25s.BM25,
+        passages: list[Passage],
+        *,
+        method: str = "lucene",
+        k1: float = 1.5,
+        b: float = 0.75,
+        delta: float = 0.5,
+        stemmer: bool = True,
+        stopwords: str | None = "en",
+        n_threads: int = 0,
+        corpus_digest: str | None = None,
+    ) -> None:
         self._model = model
         self.passages = passages
         self.method, self.k1, self.b, self.delta = method, float(k1), float(b), float(delta)
@@ -70,25 +80,52 @@ class BM25Retriever:
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
-    def build(cls, passages: list[Passage], *, method: str = "lucene", k1: float = 1.5,
-              b: float = 0.75, delta: float = 0.5, stemmer: bool = True, stopwords: str | None = "en",
-              n_threads: int = 0, show_progress: bool = False) -> BM25Retriever:
+    def build(
+        cls,
+        passages: list[Passage],
+        *,
+        method: str = "lucene",
+        k1: float = 1.5,
+        b: float = 0.75,
+        delta: float = 0.5,
+        stemmer: bool = True,
+        stopwords: str | None = "en",
+        n_threads: int = 0,
+        show_progress: bool = False,
+    ) -> BM25Retriever:
         if method not in METHODS:
             raise RagrlError(f"unknown BM25 method {method!r} (expected one of {', '.join(METHODS)})")
         if not passages:
             raise RagrlError("cannot build a BM25 index from an empty corpus")
-        tokens = bm25s.tokenize([p.contents for p in passages], stopwords=stopwords or [],
-                                stemmer=_make_stemmer(stemmer), show_progress=show_progress)
+        tokens = bm25s.tokenize(
+            [p.contents for p in passages],
+            stopwords=stopwords or [],
+            stemmer=_make_stemmer(stemmer),
+            show_progress=show_progress,
+        )
         model = bm25s.BM25(method=method, k1=k1, b=b, delta=delta)
         model.index(tokens, show_progress=show_progress)
-        return cls(model, list(passages), method=method, k1=k1, b=b, delta=delta, stemmer=stemmer,
-                   stopwords=stopwords, n_threads=n_threads)
+        return cls(
+            model,
+            list(passages),
+            method=method,
+            k1=k1,
+            b=b,
+            delta=delta,
+            stemmer=stemmer,
+            stopwords=stopwords,
+            n_threads=n_threads,
+        )
 
     @property
     def params(self) -> dict[str, Any]:
-        params: dict[str, Any] = {"method": self.method, "k1": self.k1, "b": self.b,
-                                  "stemmer": "english" if self.stemmer else None,
-                                  "stopwords": self.stopwords}
+        params: dict[str, Any] = {
+            "method": self.method,
+            "k1": self.k1,
+            "b": self.b,
+            "stemmer": "english" if self.stemmer else None,
+            "stopwords": self.stopwords,
+        }
         if self.method in ("bm25l", "bm25+"):
             params["delta"] = self.delta
         return params
@@ -106,8 +143,9 @@ class BM25Retriever:
     # -- search -------------------------------------------------------------------------------
     def tokenize(self, queries: list[str]) -> list[list[str]]:
         """The exact query tokens used by ``search`` (lower-cased, stopwords removed, stemmed)."""
-        return bm25s.tokenize(queries, stopwords=self._stopwords, stemmer=self._stemmer,
-                              return_ids=False, show_progress=False)
+        return bm25s.tokenize(
+            queries, stopwords=self._stopwords, stemmer=self._stemmer, return_ids=False, show_progress=False
+        )
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         check_k(k)
@@ -118,7 +156,7 @@ class BM25Retriever:
         if self.n_threads > 1 and len(tokens) > 2 * _CHUNK:
             from concurrent.futures import ThreadPoolExecutor
 
-            chunks = [tokens[i:i + _CHUNK] for i in range(0, len(tokens), _CHUNK)]
+            chunks = [tokens[i : i + _CHUNK] for i in range(0, len(tokens), _CHUNK)]
             with ThreadPoolExecutor(self.n_threads) as pool:
                 parts = pool.map(lambda chunk: self._search_tokens(chunk, depth), chunks)
                 return [hits for part in parts for hits in part]
@@ -146,8 +184,12 @@ class BM25Retriever:
                 keep = np.concatenate((above, ties))
                 cand, cand_scores = cand[keep], cand_scores[keep]
             order = lexsort((cand, -cand_scores))
-            out.append([Hit(passages[i], s) for i, s in
-                        zip(cand[order].tolist(), cand_scores[order].tolist(), strict=True)])
+            out.append(
+                [
+                    Hit(passages[i], s)
+                    for i, s in zip(cand[order].tolist(), cand_scores[order].tolist(), strict=True)
+                ]
+            )
         return out
 
     # -- persistence --------------------------------------------------------------------------
@@ -156,8 +198,9 @@ class BM25Retriever:
         d.mkdir(parents=True, exist_ok=True)
         self._model.save(str(d / _BM25S_DIR), show_progress=False)
         save_corpus(d, self.passages)
-        write_manifest(d, self.kind, self.params, self.corpus_hash, self.fingerprint,
-                       num_passages=len(self.passages))
+        write_manifest(
+            d, self.kind, self.params, self.corpus_hash, self.fingerprint, num_passages=len(self.passages)
+        )
 
     @classmethod
     def load(cls, directory: str | Path, *, n_threads: int = 0) -> BM25Retriever:
@@ -171,10 +214,19 @@ class BM25Retriever:
         passages = load_corpus(d)
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):
-            raise RagrlError(f"{d}: the bm25s index has {n_docs} documents but corpus.jsonl has "
-                             f"{len(passages)} passages; rebuild the index")
-        return cls(model, passages, method=params.get("method", "lucene"), k1=params.get("k1", 1.5),
-                   b=params.get("b", 0.75), delta=params.get("delta", 0.5),
-                   stemmer=params.get("stemmer") is not None, stopwords=params.get("stopwords"),
-                   n_threads=n_threads, corpus_digest=manifest["corpus_hash"])
-
+            raise RagrlError(
+                f"{d}: the bm25s index has {n_docs} documents but corpus.jsonl has "
+                f"{len(passages)} passages; rebuild the index"
+            )
+        return cls(
+            model,
+            passages,
+            method=params.get("method", "lucene"),
+            k1=params.get("k1", 1.5),
+            b=params.get("b", 0.75),
+            delta=params.get("delta", 0.5),
+            stemmer=params.get("stemmer") is not None,
+            stopwords=params.get("stopwords"),
+            n_threads=n_threads,
+            corpus_digest=manifest["corpus_hash"],
+        )

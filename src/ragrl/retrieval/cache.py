@@ -37,8 +37,9 @@ CREATE TABLE IF NOT EXISTS hits (
 
 
 def _encode_hits(hits: list[Hit]) -> str:
-    return json.dumps([[h.passage.id, h.passage.title, h.passage.text, h.score] for h in hits],
-                      ensure_ascii=False)
+    return json.dumps(
+        [[h.passage.id, h.passage.title, h.passage.text, h.score] for h in hits], ensure_ascii=False
+    )
 
 
 def _decode_hits(blob: str) -> list[Hit]:
@@ -52,8 +53,14 @@ class CachedRetriever:
     when the store holds hits of a single retriever only, from the store itself.
     """
 
-    def __init__(self, inner: Retriever | None, path: str | Path, mode: str = "readwrite", *,
-                 fingerprint: str | None = None) -> None:
+    def __init__(
+        self,
+        inner: Retriever | None,
+        path: str | Path,
+        mode: str = "readwrite",
+        *,
+        fingerprint: str | None = None,
+    ) -> None:
         if mode not in MODES:
             raise RagrlError(f"unknown cache mode {mode!r} (expected one of {', '.join(MODES)})")
         if inner is None and mode != "replay":
@@ -92,8 +99,10 @@ class CachedRetriever:
             raise RagrlError(f"{self.path}: not a usable retrieval cache ({e})") from None
         if len(rows) != 1:
             what = "no retriever" if not rows else "several retrievers"
-            raise RagrlError(f"{self.path}: the cache holds hits of {what}; say which with the "
-                             "retriever's fingerprint (or its index directory)")
+            raise RagrlError(
+                f"{self.path}: the cache holds hits of {what}; say which with the "
+                "retriever's fingerprint (or its index directory)"
+            )
         return rows[0][0]
 
     @property
@@ -114,12 +123,13 @@ class CachedRetriever:
         with self._lock:
             try:
                 for start in range(0, len(unique), 500):
-                    chunk = unique[start:start + 500]
+                    chunk = unique[start : start + 500]
                     marks = ",".join("?" * len(chunk))
                     rows = self._conn.execute(
                         "SELECT query, hits FROM hits WHERE fingerprint = ? AND k = ? "
                         f"AND query IN ({marks})",
-                        [self._fingerprint, k, *chunk]).fetchall()
+                        [self._fingerprint, k, *chunk],
+                    ).fetchall()
                     for query, blob in rows:
                         found[query] = _decode_hits(blob)
             except sqlite3.OperationalError as e:
@@ -133,7 +143,8 @@ class CachedRetriever:
         rows = [(self._fingerprint, q, k, _encode_hits(h)) for q, h in pairs.items()]
         with self._lock, self._conn:
             self._conn.executemany(
-                "INSERT OR REPLACE INTO hits (fingerprint, query, k, hits) VALUES (?, ?, ?, ?)", rows)
+                "INSERT OR REPLACE INTO hits (fingerprint, query, k, hits) VALUES (?, ?, ?, ?)", rows
+            )
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         check_k(k)
@@ -147,8 +158,10 @@ class CachedRetriever:
         if missing:
             if self.mode == "replay":
                 more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-                raise RagrlError(f"{self.path}: replay miss: query {missing[0]!r} with k={k} is not in the "
-                                 f"cache for retriever {self._fingerprint}{more}")
+                raise RagrlError(
+                    f"{self.path}: replay miss: query {missing[0]!r} with k={k} is not in the "
+                    f"cache for retriever {self._fingerprint}{more}"
+                )
             fresh = dict(zip(missing, self.inner.search(missing, k), strict=True))  # type: ignore[union-attr]
             self._store(fresh, k)
             found.update(fresh)

