@@ -7,8 +7,8 @@ status 2, never as a traceback.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
-import click
 import typer
 
 from ragrl.console import console
@@ -24,6 +24,21 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the ragrl version and exit.", is_eager=True)
+    ] = False,
+) -> None:
+    if version:
+        from ragrl import __version__
+
+        typer.echo(f"ragrl {__version__}")
+        raise typer.Exit()
+
+
 app.add_typer(data_app, name="data")
 app.command("score")(score)
 app.command("index")(index)
@@ -31,21 +46,13 @@ app.command("search")(search)
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``ragrl`` script: typer/click handle usage errors and exit codes; a
+    ``RagrlError`` (bad input) is printed as one line and exits with status 2."""
     try:
-        rv = app(args=argv, standalone_mode=False)
+        app(args=argv)
     except RagrlError as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+        console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Abort:
-        console.print("aborted")
-        sys.exit(130)
-    except click.exceptions.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    if isinstance(rv, int):
-        sys.exit(rv)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def _require_file(path: str | Path) -> Path:
+def require_file(path: str | Path) -> Path:
+    """``path`` as a ``Path``, or a ``RagrlError`` saying it is missing or a directory."""
     p = Path(path)
     if not p.exists():
         raise RagrlError(f"{p}: no such file")
@@ -54,7 +55,7 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
     A line that is not valid JSON raises ``DataError`` naming the file and line; with
     ``on_error="yield"`` the ``DataError`` is yielded in place of the record and reading goes on.
     """
-    p = _require_file(path)
+    p = require_file(path)
     with p.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -150,7 +151,7 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
 
     Duplicate ids with the same content are merged; the same id with different content is an error.
     """
-    p = _require_file(path)
+    p = require_file(path)
     report = LoadReport(str(p))
     with p.open(encoding="utf-8") as f:
         head = f.read(1024).lstrip()

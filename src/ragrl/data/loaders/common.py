@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.io import LoadReport, iter_jsonl
+from ragrl.data.io import LoadReport, iter_jsonl, require_file
 from ragrl.data.schema import Example
-from ragrl.errors import DataError, RagrlError
+from ragrl.errors import DataError
 
 _WS = re.compile(r"[ \t\n\r]*")
 
@@ -53,15 +53,6 @@ class RawFile:
     path: str
     layout: str
     records: Records
-
-
-def require_file(path: str | Path) -> Path:
-    p = Path(path)
-    if not p.exists():
-        raise RagrlError(f"{p}: no such file")
-    if p.is_dir():
-        raise RagrlError(f"{p}: is a directory, expected a file")
-    return p
 
 
 def _iter_json_array(text: str, path: str) -> Records:

@@ -1,0 +1,3 @@
+from ragrl.cli import main
+
+main()
