@@ -10,6 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline (a loaded CI machine must not turn slow examples into failures); in CI
+# (CI=true) the examples are derandomized so a run is reproducible.
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RAGRL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))

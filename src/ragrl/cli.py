@@ -15,7 +15,7 @@ from ragrl.console import console
 from ragrl.data.cli import app as data_app
 from ragrl.errors import RagrlError
 from ragrl.metrics.cli import score
-from ragrl.retrieval.cli import index, search
+from ragrl.retrieval.cli import index, search, serve
 
 app = typer.Typer(
     name="ragrl",
@@ -43,6 +43,7 @@ app.add_typer(data_app, name="data")
 app.command("score")(score)
 app.command("index")(index)
 app.command("search")(search)
+app.command("serve")(serve)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -302,3 +302,38 @@ def search(
         metrics = evaluate_hits(examples, all_hits, ks)
         metrics = {"k": list(ks), **metrics}
         typer.echo(json.dumps(metrics, indent=2))
+
+
+def serve(
+    index_dir: Annotated[
+        Path, typer.Argument(metavar="INDEX_DIR", help="Index directory (from `ragrl index`).")
+    ],
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 for every interface).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
+    max_k: Annotated[int, typer.Option(help="Largest topk a request may ask for.", min=1)] = 100,
+    max_batch: Annotated[int, typer.Option(help="Most queries in one request.", min=1)] = 512,
+    device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
+) -> None:
+    """Serve an index over HTTP with Search-R1's /retrieve contract (and /health)."""
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.retrieval.server import SERVER_EXTRA, create_app
+
+    try:
+        import uvicorn
+    except ImportError:
+        raise RagrlError(f"`ragrl serve` needs uvicorn: {SERVER_EXTRA}") from None
+    retriever = load_retriever(index_dir, device=device)
+    app = create_app(retriever, max_batch=max_batch, max_k=max_k)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    example = json.dumps({"queries": ["your question"], "topk": 3, "return_scores": True})
+    what = f"{type(retriever).__name__}, fingerprint {retriever.fingerprint[:12]}"
+    typer.echo(
+        f"serving {index_dir} ({what}) at {url}\n"
+        f"  curl -s {url}/retrieve -H 'Content-Type: application/json' -d '{example}'\n"
+        f"  curl -s {url}/health",
+        err=True,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="info")

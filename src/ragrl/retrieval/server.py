@@ -1,0 +1,147 @@
+"""Serve any retriever over HTTP with Search-R1's ``/retrieve`` contract (``ragrl serve``).
+
+``POST /retrieve`` takes ``{"queries": [...], "topk": 3, "return_scores": true}`` (``query_list`` is
+accepted for ``queries``, as verl's SearchTool names it) and answers
+``{"result": [[{"document": {"id", "contents", "title", "text"}, "score": s}, ...], ...]}``, one list
+per query; with ``"return_scores": false`` each item is the document alone, as in Search-R1.
+``GET /health`` answers ``{"status": "ok", "retriever", "fingerprint", "passages"}``.
+
+Bad requests (no queries, an empty list, a query that is not a string, ``topk`` outside
+``1..max_k``, more than ``max_batch`` queries, invalid JSON) are answered with status 422 and a
+message naming the field, never a 500. Retriever calls are serialised with a lock (bm25s, faiss and
+torch objects are not guaranteed to be thread-safe) and run in a worker thread, off the event loop.
+
+fastapi is an optional dependency (``pip install 'ragrl[server]'``), imported when the app is created.
+"""
+
+# No ``from __future__ import annotations``: the request model is built inside ``create_app`` and
+# FastAPI/pydantic must see its annotations as real objects, not strings to resolve later.
+
+import threading
+from typing import Any
+
+from ragrl.errors import RagrlError
+from ragrl.retrieval.base import Hit, Retriever
+
+SERVER_EXTRA = "pip install 'ragrl[server]'"
+
+
+def document(hit: Hit) -> dict[str, str]:
+    """The document of one hit as served: FlashRAG's ``id``/``contents`` plus ``title`` and ``text``."""
+    p = hit.passage
+    return {"id": p.id, "contents": p.contents, "title": p.title, "text": p.text}
+
+
+def retriever_kind(retriever: Any) -> str:
+    """``bm25``/``dense``/``hybrid`` for ragrl's retrievers (wrappers report their inner one)."""
+    kind = getattr(retriever, "kind", None)
+    if isinstance(kind, str):
+        return kind
+    inner = getattr(retriever, "inner", None)
+    if inner is not None and inner is not retriever:
+        return retriever_kind(inner)
+    return type(retriever).__name__
+
+
+def passage_count(retriever: Any) -> int | None:
+    """How many passages the retriever searches, when it can tell."""
+    try:
+        return len(retriever)
+    except TypeError:
+        pass
+    passages = getattr(retriever, "passages", None)
+    if passages is not None:
+        return len(passages)
+    for attr in ("inner", "a"):  # CachedRetriever, HybridRetriever (both components share a corpus)
+        inner = getattr(retriever, attr, None)
+        if inner is not None and inner is not retriever:
+            return passage_count(inner)
+    return None
+
+
+def _field_message(error: dict[str, Any]) -> str:
+    """One validation error as ``field: message`` (``queries.2: Input should be a valid string``)."""
+    kind, msg = error.get("type"), error.get("msg", "invalid")
+    loc = list(error.get("loc", ()))
+    if kind == "json_invalid":
+        reason = (error.get("ctx") or {}).get("error")
+        at = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        return f"body: invalid JSON{at}" + (f" ({reason})" if reason else "")
+    parts = [str(part) for part in loc if part != "body"]
+    where = ".".join(parts) if parts else "body"
+    if kind == "missing" and parts == ["queries"]:
+        return "queries: field required (a list of query strings; 'query_list' is accepted too)"
+    return f"{where}: {msg}"
+
+
+def create_app(retriever: Retriever, *, max_batch: int = 512, max_k: int = 100) -> Any:
+    """A FastAPI app serving ``retriever`` with Search-R1's ``/retrieve`` contract and ``/health``."""
+    try:
+        from fastapi import FastAPI, Request
+        from fastapi.concurrency import run_in_threadpool
+        from fastapi.exceptions import RequestValidationError
+        from fastapi.responses import JSONResponse
+        from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+    except ImportError:
+        raise RagrlError(f"serving a retriever over HTTP needs fastapi: {SERVER_EXTRA}") from None
+    from typing import Annotated
+
+    if max_batch < 1 or max_k < 1:
+        raise RagrlError(f"max_batch and max_k must be positive, got {max_batch} and {max_k}")
+
+    class RetrieveRequest(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+
+        queries: Annotated[
+            list[StrictStr],
+            Field(
+                min_length=1,
+                max_length=max_batch,
+                validation_alias=AliasChoices("queries", "query_list"),
+                description="The queries to search (alias: query_list).",
+            ),
+        ]
+        topk: Annotated[StrictInt, Field(ge=1, le=max_k, description="Hits per query.")] = 3
+        return_scores: StrictBool = True
+
+    lock = threading.Lock()
+
+    def locked_search(queries: list[str], k: int) -> list[list[Hit]]:
+        with lock:
+            return retriever.search(queries, k)
+
+    app = FastAPI(
+        title="ragrl retriever",
+        description="Search-R1-compatible retrieval server (POST /retrieve, GET /health).",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        message = "; ".join(_field_message(e) for e in errors) or "invalid request"
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")} for e in errors]
+        return JSONResponse({"error": message, "detail": detail}, status_code=422)
+
+    @app.exception_handler(RagrlError)
+    async def _ragrl_error(request: Request, exc: RagrlError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "retriever": retriever_kind(retriever),
+            "fingerprint": retriever.fingerprint,
+            "passages": passage_count(retriever),
+        }
+
+    @app.post("/retrieve", response_class=JSONResponse)
+    async def retrieve(body: RetrieveRequest) -> JSONResponse:
+        hits = await run_in_threadpool(locked_search, list(body.queries), body.topk)
+        if body.return_scores:
+            result = [[{"document": document(h), "score": float(h.score)} for h in row] for row in hits]
+        else:
+            result = [[document(h) for h in row] for row in hits]
+        return JSONResponse({"result": result})
+
+    return app
