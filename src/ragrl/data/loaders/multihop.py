@@ -33,14 +33,17 @@ TWOWIKI_EXTRA_KEYS = ("evidences", "entity_ids", "answer_id", "evidences_id")
 TWOWIKI_TYPES = {"compositional", "inference", "bridge_comparison"}
 
 
+def _zip_columns(raw: dict[str, Any], keys: tuple[str, str], loc: Loc, field: str) -> list[list[Any]]:
+    """The Hugging Face dict layout (``{key_a: [...], key_b: [...]}``) as a list of pairs."""
+    a, b = raw.get(keys[0]), raw.get(keys[1])
+    if not isinstance(a, list) or not isinstance(b, list) or len(a) != len(b):
+        raise loc.error(f"the dict layout needs lists '{keys[0]}' and '{keys[1]}' of the same length", field)
+    return [[x, y] for x, y in zip(a, b, strict=True)]
+
+
 def parse_context(raw: Any, loc: Loc) -> list[tuple[str, list[str]]]:
     if isinstance(raw, dict):
-        titles, sentences = raw.get("title"), raw.get("sentences")
-        if not isinstance(titles, list) or not isinstance(sentences, list) or len(titles) != len(sentences):
-            raise loc.error(
-                "a dict context needs lists 'title' and 'sentences' of the same length", "context"
-            )
-        pairs: list[Any] = [[t, s] for t, s in zip(titles, sentences, strict=True)]
+        pairs: list[Any] = _zip_columns(raw, ("title", "sentences"), loc, "context")
     elif isinstance(raw, list):
         pairs = raw
     else:
@@ -63,13 +66,7 @@ def parse_context(raw: Any, loc: Loc) -> list[tuple[str, list[str]]]:
 
 def parse_supporting_facts(raw: Any, loc: Loc) -> list[tuple[str, int]]:
     if isinstance(raw, dict):
-        titles, sent_ids = raw.get("title"), raw.get("sent_id")
-        if not isinstance(titles, list) or not isinstance(sent_ids, list) or len(titles) != len(sent_ids):
-            raise loc.error(
-                "dict supporting facts need lists 'title' and 'sent_id' of the same length",
-                "supporting_facts",
-            )
-        pairs: list[Any] = [[t, s] for t, s in zip(titles, sent_ids, strict=True)]
+        pairs: list[Any] = _zip_columns(raw, ("title", "sent_id"), loc, "supporting_facts")
     elif isinstance(raw, list):
         pairs = raw
     else:
