@@ -170,3 +170,22 @@ def test_missing_and_empty_files(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(DataError, match="empty.jsonl: empty file"):
         load_dataset(tmp_path / "empty.jsonl")
+
+
+def test_hf_dict_layout_with_uneven_columns(tmp_path):
+    hf = dict(GOOD_HOTPOT, id="a1", supporting_facts={"title": ["T1", "T2"], "sent_id": [0]})
+    del hf["_id"]
+    path = _jsonl(tmp_path / "hf.jsonl", [hf])
+    with pytest.raises(DataError) as e:
+        load_hotpotqa(path)
+    assert str(e.value) == (
+        f"{path}:1: field 'supporting_facts': "
+        "the dict layout needs lists 'title' and 'sent_id' of the same length"
+    )
+    hf["supporting_facts"] = {"title": ["T1"], "sent_id": [0]}
+    hf["context"] = {"title": ["T1", "T2"], "sentences": [["One."]]}
+    path = _jsonl(tmp_path / "hf2.jsonl", [hf])
+    with pytest.raises(
+        DataError, match=r"field 'context': the dict layout needs lists 'title' and 'sentences'"
+    ):
+        load_hotpotqa(path)
