@@ -50,3 +50,42 @@ def stats(
         print_stats(result, title=str(path))
     if report.skipped:
         console.print(report.summary(), highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def synth(
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for train/dev/test.jsonl, corpus.jsonl, ..."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives byte-identical files."),
+    size: str = typer.Option(
+        "small", "--size", help="small (400/100/100 questions) or medium (4000/500/500)."
+    ),
+    unanswerable: float = typer.Option(
+        0.1, "--unanswerable", help="Share of questions whose evidence passage is removed from the corpus."
+    ),
+) -> None:
+    """Generate the synthetic multi-hop world: DIR/{train,dev,test}.jsonl, corpus.jsonl, world.json,
+    stats.json (see docs/synth.md)."""
+    from ragrl.data.synth import generate_world
+
+    world = generate_world(seed, size, unanswerable_fraction=unanswerable)
+    paths = world.write(out)
+    st = world.stats
+    lines = [f"synthetic world seed={seed} size={size}: {sum(st['entities'].values())} entities"]
+    for split, s in st["splits"].items():
+        types = ", ".join(f"{k} {v}" for k, v in s["type"].items())
+        hops = ", ".join(f"{k}-hop {v}" for k, v in s["hops"].items())
+        lines.append(
+            f"  {split}: {s['questions']} questions ({types}; {hops}; "
+            f"{s['answerable_share']:.0%} answerable) -> {paths[split]}"
+        )
+    c = st["corpus"]
+    lines.append(f"  corpus: {c['passages']} passages ({c['removed']} removed) -> {paths['corpus']}")
+    f = st["fairness"]["test"]
+    lines.append(
+        f"  fairness (test vs train): answer overlap {f['answer_overlap']:.2f} "
+        f"(open answers {f['answer_overlap_open']:.2f}), memoriser EM {f['memoriser_template_em']:.3f} "
+        f"(answerable {f['memoriser_template_em_answerable']:.3f}), "
+        f"most-frequent-answer EM {f['memoriser_global_em']:.3f}"
+    )
+    lines.append(f"  world.json, stats.json -> {Path(out)}")
+    console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)

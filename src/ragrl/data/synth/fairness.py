@@ -1,0 +1,128 @@
+"""Is the test split a fair test? Memorisation baselines, and the statistics written to ``stats.json``.
+
+Each split has its own people, companies, works and cities; only the countries and their capitals are
+shared. ``fairness_report(train, test)`` measures what memorising the training answers buys:
+
+* ``answer_overlap``: share of test questions with an answer (any alias) that is also a train answer;
+  ``answer_overlap_open`` the same without yes/no and unanswerable questions (whose answers are a fixed
+  vocabulary by design);
+* ``memoriser_template_em``: EM of predicting, for each test question, the most frequent train answer of
+  the same template (the strongest "learn the answer distribution" baseline);
+  ``memoriser_template_em_answerable`` the same on the answerable questions only (on the others it
+  scores by answering ``unknown``, the most frequent answer of most templates);
+* ``memoriser_global_em``: EM of predicting the single most frequent train answer everywhere;
+* ``yes_no_constant_em``: the better of "always yes" / "always no" on the yes/no questions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+from ragrl.data.schema import Example
+from ragrl.data.stats import compute_stats
+from ragrl.metrics import exact_match, normalize
+
+if TYPE_CHECKING:
+    from ragrl.data.synth.generate import SynthWorld
+
+_FIXED = {"yes", "no", "unknown"}
+
+
+def _most_common(counter: Counter) -> str:
+    # highest count, ties broken by the string itself (deterministic)
+    return min(counter.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
+def fairness_report(train: list[Example], test: list[Example], variant: str = "squad") -> dict[str, Any]:
+    train_norm = {normalize(a, variant) for ex in train for a in ex.answers}
+    by_template: dict[str, Counter] = defaultdict(Counter)
+    overall: Counter = Counter()
+    for ex in train:
+        by_template[ex.metadata.get("template", "")][ex.answers[0]] += 1
+        overall[ex.answers[0]] += 1
+    global_answer = _most_common(overall)
+
+    overlap = overlap_open = n_open = 0
+    tmpl_em = glob_em = tmpl_em_answerable = 0.0
+    n_answerable = sum(ex.metadata.get("answerable", True) is not False for ex in test)
+    yes_no = [ex for ex in test if ex.answers[0] in ("yes", "no")]
+    for ex in test:
+        hit = any(normalize(a, variant) in train_norm for a in ex.answers)
+        overlap += hit
+        if ex.answers[0] not in _FIXED:
+            n_open += 1
+            overlap_open += hit
+        counter = by_template.get(ex.metadata.get("template", ""))
+        guess = _most_common(counter) if counter else global_answer
+        em = exact_match(guess, ex.answers, variant)
+        tmpl_em += em
+        if ex.metadata.get("answerable", True) is not False:
+            tmpl_em_answerable += em
+        glob_em += exact_match(global_answer, ex.answers, variant)
+    n = max(len(test), 1)
+    const = max((sum(ex.answers[0] == c for ex in yes_no) / len(yes_no) for c in ("yes", "no")), default=0.0)
+    return {
+        "test_questions": len(test),
+        "answer_overlap": round(overlap / n, 4),
+        "answer_overlap_open": round(overlap_open / max(n_open, 1), 4),
+        "memoriser_template_em": round(tmpl_em / n, 4),
+        "memoriser_template_em_answerable": round(tmpl_em_answerable / max(n_answerable, 1), 4),
+        "memoriser_global_em": round(glob_em / n, 4),
+        "memoriser_global_answer": global_answer,
+        "yes_no_questions": len(yes_no),
+        "yes_no_constant_em": round(const, 4),
+    }
+
+
+def seed_entity_overlap(world: SynthWorld) -> dict[str, int]:
+    """Number of non-shared entities used by the gold chains of two different splits (must be 0)."""
+    used: dict[str, set[str]] = {}
+    pid_to_entity = {e.passage_id: e for e in world.store}
+    for split, examples in world.splits.items():
+        used[split] = {
+            pid_to_entity[pid].id
+            for ex in examples
+            for pid in ex.supporting_ids
+            if pid_to_entity[pid].split is not None
+        }
+    names = sorted(used)
+    return {f"{a}&{b}": len(used[a] & used[b]) for i, a in enumerate(names) for b in names[i + 1 :]}
+
+
+def split_stats(examples: list[Example]) -> dict[str, Any]:
+    out = compute_stats(examples)
+    templates = Counter(ex.metadata.get("template", "") for ex in examples)
+    out["template"] = {k: templates[k] for k in sorted(templates)}
+    yes_no: dict[str, dict[str, int]] = defaultdict(lambda: {"yes": 0, "no": 0})
+    for ex in examples:
+        if ex.answers[0] in ("yes", "no"):
+            yes_no[ex.metadata["template"]][ex.answers[0]] += 1
+    out["yes_no_balance"] = {k: yes_no[k] for k in sorted(yes_no)}
+    n = max(len(examples), 1)
+    out["answerable_share"] = round(sum(bool(ex.metadata.get("answerable")) for ex in examples) / n, 4)
+    return out
+
+
+def world_stats(world: SynthWorld) -> dict[str, Any]:
+    kinds = Counter(e.kind for e in world.store)
+    pools: dict[str, Counter] = defaultdict(Counter)
+    for e in world.store:
+        pools[e.pool][e.kind] += 1
+    train = world.splits["train"]
+    return {
+        "seed": world.seed,
+        "size": world.size,
+        "entities": {k: kinds[k] for k in sorted(kinds)},
+        "entities_per_pool": {p: dict(sorted(c.items())) for p, c in sorted(pools.items())},
+        "corpus": {
+            "passages": len(world.corpus),
+            "removed": len(world.removed_ids),
+            "all_passages": len(world.passages),
+        },
+        "splits": {split: split_stats(examples) for split, examples in world.splits.items()},
+        "fairness": {
+            split: fairness_report(train, world.splits[split]) for split in world.splits if split != "train"
+        },
+        "seed_entity_overlap": seed_entity_overlap(world),
+    }

@@ -1,0 +1,234 @@
+"""``generate_world(seed, size)``: entities -> passages -> questions -> unanswerable rule -> splits.
+
+Everything random comes from ``random.Random`` instances seeded with ``f"ragrl-synth:{seed}:<stage>"``
+(string seeds are hashed with SHA-512, so they are stable across runs and platforms), and every set or
+dict is sorted before it is sampled from, so the same seed gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrl.data.io import write_corpus, write_examples
+from ragrl.data.schema import Example, Passage
+from ragrl.data.synth.passages import build_passages
+from ragrl.data.synth.questions import UNANSWERABLE_ANSWER, Draft, draft_questions
+from ragrl.data.synth.world import SHARED_POOL, SIZES, SPLITS, Entity, EntityStore, build_entities
+from ragrl.errors import RagrlError
+
+DEFAULT_UNANSWERABLE_FRACTION = 0.1
+DEFAULT_GIVEN_PASSAGES = (8, 10)
+
+
+@dataclass
+class SynthWorld:
+    seed: int
+    size: str
+    store: EntityStore
+    passages: dict[str, Passage]  # entity id -> its passage
+    splits: dict[str, list[Example]]
+    corpus: list[Passage]  # every passage except the removed ones
+    removed_ids: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def entities(self) -> list[Entity]:
+        return list(self.store)
+
+    def entity_by_name(self, name: str) -> Entity:
+        for e in self.store:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        """Entities, relations (as triples) and the removed passages: ``world.json``."""
+        triples = []
+        for e in self.store:
+            for rel, target in e.rels.items():
+                triples.append([e.id, rel, target])
+            for fact, value in e.facts.items():
+                if fact.endswith("_year"):
+                    triples.append([e.id, fact, value])
+        return {
+            "seed": self.seed,
+            "size": self.size,
+            "entities": [e.to_dict() for e in self.store],
+            "relations": triples,
+            "removed_passage_ids": list(self.removed_ids),
+        }
+
+    def write(self, out: str | Path) -> dict[str, Path]:
+        """Write the split files, ``corpus.jsonl``, ``world.json`` and ``stats.json`` under ``out``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for split, examples in self.splits.items():
+            paths[split] = out / f"{split}.jsonl"
+            write_examples(paths[split], examples)
+        paths["corpus"] = out / "corpus.jsonl"
+        write_corpus(paths["corpus"], self.corpus)
+        for name, obj in (("world", self.to_json()), ("stats", self.stats)):
+            paths[name] = out / f"{name}.json"
+            text = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=False) + "\n"
+            _write_text(paths[name], text)
+        return paths
+
+
+def _write_text(path: Path, text: str) -> None:
+    # written to a temp file and renamed, so a reader never sees half a file
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _split_counts(size: str, fraction: float) -> dict[str, tuple[int, int]]:
+    if size not in SIZES:
+        raise RagrlError(f"unknown synth size {size!r}; choose one of {', '.join(SIZES)}")
+    if not 0 <= fraction < 1:
+        raise RagrlError(f"unanswerable fraction must be in [0, 1), got {fraction}")
+    out = {}
+    for split, n in SIZES[size].items():
+        u = round(n * fraction)
+        out[split] = (n - u, u)
+    return out
+
+
+class _Related:
+    """Entities linked to an entity: what it points to, what points to it, and its siblings (entities
+    pointing to the same target by the same relation: people born in the same city, ...)."""
+
+    def __init__(self, store: EntityStore) -> None:
+        self.store = store
+        self.incoming: dict[str, list[str]] = defaultdict(list)
+        self.by_target: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for e in store:
+            for rel, t in e.rels.items():
+                self.incoming[t].append(e.id)
+                self.by_target[(t, rel)].append(e.id)
+
+    def of(self, e: Entity) -> list[str]:
+        ids = list(e.rels.values()) + self.incoming[e.id]
+        for rel, t in e.rels.items():
+            ids += self.by_target[(t, rel)]
+        return sorted(set(ids) - {e.id})
+
+
+def _given_passages(
+    rng: random.Random,
+    world: EntityStore,
+    related: _Related,
+    passages: dict[str, Passage],
+    d: Draft,
+    removed: set[str],
+    n_range: tuple[int, int],
+) -> list[Passage]:
+    """Gold passages (minus removed ones) plus distractors: about half "hard" (entities linked to a
+    gold entity or sharing a relation target with it), the rest of the same kinds from the same pool."""
+    allowed = {d.pool, SHARED_POOL}
+    gold_ids = {e.id for e in d.gold}
+    gold = [passages[e.id] for e in d.gold if passages[e.id].id not in removed]
+    gold = list({p.id: p for p in gold}.values())
+    n_total = rng.randint(*n_range)
+    need = max(n_total - len(gold), 0)
+
+    def ok(eid: str) -> bool:
+        e = world.by_id[eid]
+        return eid not in gold_ids and e.pool in allowed and passages[eid].id not in removed
+
+    hard = sorted({eid for g in d.gold for eid in related.of(g) if ok(eid)})
+    rng.shuffle(hard)
+    chosen = hard[: (need + 1) // 2]
+    kinds = sorted({g.kind for g in d.gold})
+    for candidates in ([e.id for k in kinds for e in world.of(d.pool, k)], [e.id for e in world]):
+        # random draws with rejection: cheap on large pools, deterministic given the rng
+        for _ in range(50 * need):
+            if len(chosen) >= need or not candidates:
+                break
+            eid = candidates[rng.randrange(len(candidates))]
+            if ok(eid) and eid not in chosen:
+                chosen.append(eid)
+    given = gold + [passages[eid] for eid in chosen]
+    rng.shuffle(given)
+    return given
+
+
+def generate_world(
+    seed: int = 0,
+    size: str = "small",
+    *,
+    unanswerable_fraction: float = DEFAULT_UNANSWERABLE_FRACTION,
+    given_passages: tuple[int, int] = DEFAULT_GIVEN_PASSAGES,
+) -> SynthWorld:
+    """The synthetic multi-hop world for ``seed``: entities, corpus and train/dev/test questions."""
+    counts = _split_counts(size, unanswerable_fraction)
+    store = build_entities(seed, size, counts)
+    passages = build_passages(store, seed)
+    rng = random.Random(f"ragrl-synth:{seed}:questions")
+
+    drafts: dict[str, list[tuple[Draft, bool]]] = {}
+    for split in SPLITS:
+        answerable, unanswerable = counts[split]
+        drafts[split] = [(d, True) for d in draft_questions(store, rng, split, answerable)]
+        reserved = draft_questions(store, rng, f"{split}/unanswerable", unanswerable, balanced=False)
+        drafts[split] += [(d, False) for d in reserved]
+
+    # Unanswerable rule: remove the passage of one (non-shared) hop of each unanswerable chain. Those
+    # chains use only their split's reserved entities (and the shared background, never removed), so
+    # no answerable question of any split needs a removed passage.
+    removed: set[str] = set()
+    for split in SPLITS:
+        for d, answerable in drafts[split]:
+            if not answerable:
+                removable = [e for e in d.gold if e.pool != SHARED_POOL]
+                removed.add(passages[rng.choice(removable).id].id)
+
+    related = _Related(store)
+    splits: dict[str, list[Example]] = {}
+    for split in SPLITS:
+        items = drafts[split]
+        rng.shuffle(items)
+        examples = []
+        for i, (d, answerable) in enumerate(items):
+            given = _given_passages(rng, store, related, passages, d, removed, given_passages)
+            supporting = [passages[e.id].id for e in d.gold]
+            metadata: dict[str, Any] = {
+                "source": "synth",
+                "type": d.type,
+                "hops": len(dict.fromkeys(supporting)),
+                "template": d.template,
+                "phrasing": d.phrasing,
+                "answer_type": d.answer_type,
+                "split": split,
+                "answerable": answerable,
+            }
+            answers = list(d.answers)
+            if not answerable:
+                metadata["removed_passage_ids"] = [pid for pid in supporting if pid in removed]
+                metadata["answer_if_answerable"] = answers
+                answers = [UNANSWERABLE_ANSWER]
+            examples.append(
+                Example(
+                    id=f"synth{seed}-{split}-{i:05d}",
+                    question=d.question,
+                    answers=answers,
+                    supporting_ids=supporting,
+                    passages=given,
+                    decomposition=list(d.steps),
+                    metadata=metadata,
+                )
+            )
+        splits[split] = examples
+
+    corpus = [p for p in passages.values() if p.id not in removed]
+    random.Random(f"ragrl-synth:{seed}:corpus").shuffle(corpus)
+    world = SynthWorld(seed, size, store, passages, splits, corpus, sorted(removed))
+    from ragrl.data.synth.fairness import world_stats
+
+    world.stats = world_stats(world)
+    return world
