@@ -1,0 +1,348 @@
+"""Generation with a plain transformers model: our own sampling loop over a KV cache.
+
+Why not ``model.generate``: it merges the model's ``generation_config`` (often ``top_k=50``,
+``top_p``, ``repetition_penalty``...) into every call unless each field is overridden, and its
+``output_scores`` are the *processed* scores. Our loop applies exactly what ``SamplingParams`` says
+and nothing else, so the reported log-probs are ``log_softmax(logits / T)`` over the full
+vocabulary (before top-k / top-p), and with ``top_k=0, top_p=1.0`` the tokens are drawn from exactly
+that distribution (see ``ragrl.llm.backend`` for the convention, ``docs/backends.md`` for the facts).
+
+Batches are LEFT-padded; position ids come from the attention mask (``cumsum - 1``), so a sequence
+gets the same logits as alone or right-padded in training (``ragrl.llm.logprobs.token_logprobs``).
+
+Seeds: sequence ``i`` of a call (its index in ``prompts``) samples with its own CPU
+``torch.Generator`` seeded with ``params.seed + i``; one uniform draw per step picks the token by
+inverse CDF. A sequence's result therefore does not depend on the batch size, on the other prompts
+in the call or on the device the model runs on (beyond floating-point differences in the logits).
+``seed=None`` draws the per-call seed from torch's global RNG (so ``torch.manual_seed`` fixes it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ragrl.errors import RagrlError
+from ragrl.llm.backend import FinishReason, Generation, SamplingParams
+from ragrl.llm.logprobs import _accepts_logits_to_keep, pad_batch, position_ids_from_mask
+
+__all__ = ["TransformersBackend", "resolve_device", "resolve_dtype"]
+
+_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: CUDA when available, else CPU."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """``"auto"``: bfloat16 on a GPU that supports it (else float16), float32 on CPU."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise RagrlError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(_DTYPES))}") from None
+
+
+def _load(path: Path, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except TypeError:  # transformers < 4.56 spells it torch_dtype
+        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
+
+
+class _StopMatcher:
+    """Finds a stop string completed by the newest token, decoding only the tail of the generation.
+
+    The tail window is decoded with and without its last token; a stop string counts when it is in
+    the former and not in the latter (both decodes start at the same token, so a decoding artefact at
+    the window start cannot create a match on its own).
+    """
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stops = [s for s in stops if s]
+        longest = max((len(s) for s in self.stops), default=0)
+        # A character can take up to 4 byte-level tokens; a few more for tokens that decode to "".
+        self.window = 4 * longest + 4
+
+    def __call__(self, ids: Sequence[int]) -> str | None:
+        if not self.stops:
+            return None
+        tail = list(ids[-self.window :])
+        text = self.tokenizer.decode(tail, skip_special_tokens=False)
+        hits = [(text.find(s), i) for i, s in enumerate(self.stops) if s in text]
+        if not hits:
+            return None
+        before = self.tokenizer.decode(tail[:-1], skip_special_tokens=False) if len(tail) > 1 else ""
+        hits = [(pos, i) for pos, i in hits if self.stops[i] not in before]
+        if not hits:
+            return None
+        return self.stops[min(hits)[1]]
+
+
+class TransformersBackend:
+    """A ``GenerationBackend`` over a Hugging Face causal LM (CPU or CUDA).
+
+    ``model_or_path``: a local model directory (loaded with ``AutoModelForCausalLM`` /
+    ``AutoTokenizer``; nothing is downloaded) or a model object (then ``tokenizer`` is required).
+    ``device="auto"`` picks CUDA when available (a given model object stays where it is);
+    ``dtype="auto"`` is bf16 on GPU and fp32 on CPU. ``batch_size`` prompts are decoded together
+    (longest first, to waste little padding); ``max_prompt_len`` rejects longer prompts.
+
+    EOS: the tokenizer's ``eos_token_id`` and the model's ``generation_config.eos_token_id`` (one id or
+    a list, as vLLM also stops on) end a sequence with ``finish_reason="eos"``. ``stop_token_ids``
+    end it with ``"stop"`` and ``stop`` = the token id; stop strings with ``"stop"`` and the string.
+    """
+
+    def __init__(
+        self,
+        model_or_path: Any,
+        tokenizer: Any = None,
+        *,
+        device: str | torch.device = "auto",
+        dtype: str | torch.dtype = "auto",
+        batch_size: int = 16,
+        max_prompt_len: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(model_or_path, str | Path):
+            path = Path(model_or_path)
+            if not path.is_dir():
+                raise RagrlError(
+                    f"{path}: not a local model directory (ragrl loads models from disk only; "
+                    "download the model first, e.g. with `huggingface-cli download`)"
+                )
+            self.device = resolve_device(device)
+            self.dtype = resolve_dtype(dtype, self.device)
+            if tokenizer is None:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = _load(path, self.dtype).to(self.device)
+        else:
+            model = model_or_path
+            if tokenizer is None:
+                raise RagrlError("TransformersBackend: pass the tokenizer along with a model object")
+            current = next(model.parameters()).device
+            self.device = current if device == "auto" else resolve_device(device)
+            if dtype == "auto":
+                self.dtype = next(model.parameters()).dtype
+            else:
+                self.dtype = resolve_dtype(dtype, self.device)
+            model = model.to(device=self.device, dtype=self.dtype)
+        if isinstance(model_or_path, str | Path):
+            model.eval()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_prompt_len = max_prompt_len
+        self.prune_finished = True
+        """Drop finished rows from the KV cache (when the cache supports it); False keeps them."""
+        self.eos_token_ids = self._eos_ids()
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        self.pad_token_id = int(pad)
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen_cfg = getattr(self.model, "generation_config", None)
+        extra = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
+        if isinstance(extra, int):
+            ids.add(extra)
+        elif isinstance(extra, list | tuple):
+            ids.update(int(x) for x in extra)
+        return frozenset(ids)
+
+    # ------------------------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """One ``Generation`` per prompt, in order (see the module docstring for seeds)."""
+        prompts = [list(map(int, p)) for p in prompts]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise RagrlError(f"prompt {i} is empty")
+            if self.max_prompt_len is not None and len(p) > self.max_prompt_len:
+                raise RagrlError(
+                    f"prompt {i} has {len(p)} tokens, more than max_prompt_len={self.max_prompt_len}"
+                )
+        if not prompts:
+            return []
+        if params.seed is None:
+            base_seed = int(torch.randint(0, 2**62, (1,)).item())
+        else:
+            base_seed = int(params.seed)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        results: list[Generation | None] = [None] * len(prompts)
+        was_training = self.model.training
+        self.model.eval()  # a policy shared with the trainer goes back to its mode afterwards
+        try:
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                gens = self._generate_batch([prompts[i] for i in idx], [base_seed + i for i in idx], params)
+                for i, g in zip(idx, gens, strict=True):
+                    results[i] = g
+        finally:
+            self.model.train(was_training)
+        return [g for g in results if g is not None]
+
+    @torch.no_grad()
+    def _generate_batch(
+        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
+    ) -> list[Generation]:
+        t0 = time.perf_counter()
+        n = len(prompts)
+        dev = self.device
+        greedy = params.temperature == 0
+        generators = []
+        for s in seeds:
+            g = torch.Generator(device="cpu")
+            g.manual_seed(s % (2**63))
+            generators.append(g)
+        matcher = _StopMatcher(self.tokenizer, params.stop)
+        stop_ids = frozenset(int(t) for t in params.stop_token_ids)
+
+        input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
+        position_ids = position_ids_from_mask(attention_mask)
+        cache = None
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lps: list[list[float]] = [[] for _ in range(n)]
+        finish: list[tuple[FinishReason, str | int | None] | None] = [None] * n
+        active = list(range(n))  # rows of the current (possibly pruned) batch -> sequence index
+        can_prune = self.prune_finished
+        extra: dict[str, Any] = {"logits_to_keep": 1} if _accepts_logits_to_keep(self.model) else {}
+
+        for step in range(params.max_new_tokens):
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                **extra,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            tokens, lps = self._pick(logits, params, [generators[i] for i in active], greedy)
+            tok_list = tokens.tolist()
+            lp_list = lps.tolist()
+
+            keep: list[int] = []
+            for row, seq in enumerate(active):
+                if finish[seq] is not None:  # finished earlier, kept only because the cache was not pruned
+                    continue
+                tok = tok_list[row]
+                out_ids[seq].append(tok)
+                out_lps[seq].append(lp_list[row])
+                if tok in self.eos_token_ids:
+                    finish[seq] = ("eos", tok)
+                elif tok in stop_ids:
+                    finish[seq] = ("stop", tok)
+                else:
+                    hit = matcher(out_ids[seq])
+                    if hit is not None:
+                        finish[seq] = ("stop", hit)
+                    elif step + 1 == params.max_new_tokens:
+                        finish[seq] = ("length", None)
+                if finish[seq] is None:
+                    keep.append(row)
+            if not keep:
+                break
+
+            next_tokens = tokens.to(dev)
+            if len(keep) < len(active) and can_prune and hasattr(cache, "batch_select_indices"):
+                sel = torch.tensor(keep, device=dev)
+                try:
+                    cache.batch_select_indices(sel)
+                except (NotImplementedError, AttributeError, TypeError):
+                    can_prune = False
+                else:
+                    attention_mask = attention_mask.index_select(0, sel)
+                    position_ids = position_ids.index_select(0, sel)
+                    next_tokens = next_tokens.index_select(0, sel)
+                    active = [active[r] for r in keep]
+            input_ids = next_tokens[:, None]
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones((attention_mask.shape[0], 1))], 1
+            )
+            position_ids = position_ids[:, -1:] + 1
+
+        elapsed = time.perf_counter() - t0
+        gens = []
+        for seq in range(n):
+            reason, stop = finish[seq] if finish[seq] is not None else ("length", None)
+            gens.append(
+                Generation(
+                    token_ids=out_ids[seq],
+                    logprobs=out_lps[seq],
+                    finish_reason=reason,
+                    stop=stop,
+                    metadata={"backend": "transformers", "batch_seconds": elapsed},
+                )
+            )
+        return gens
+
+    @staticmethod
+    def _pick(
+        logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator], greedy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choose one token per row; return (tokens on CPU, their convention log-probs on CPU)."""
+        if greedy:
+            tokens = logits.argmax(dim=-1)
+            lps = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+            return tokens.cpu(), lps.cpu()
+        scaled = logits / params.temperature
+        logz = torch.logsumexp(scaled, dim=-1, keepdim=True)
+        probs = torch.exp(scaled - logz)  # softmax(logits / T), full vocabulary
+        weights = _truncate(probs, params.top_k, params.top_p)
+        # Inverse-CDF sampling with one uniform per row from that row's own generator.
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators]).to(logits.device)
+        cdf = weights.double().cumsum(dim=-1)
+        target = (u * cdf[:, -1])[:, None]
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
+        lps = (scaled.gather(-1, tokens[:, None]) - logz).squeeze(-1)
+        return tokens.cpu(), lps.cpu()
+
+
+def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Zero the probabilities outside the top-k / top-p (nucleus) sets; unnormalised result."""
+    vocab = probs.shape[-1]
+    if top_k and top_k < vocab:
+        kth = torch.topk(probs, top_k, dim=-1).values[:, -1:]
+        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+    if top_p < 1.0:
+        sorted_p, sorted_idx = torch.sort(probs, dim=-1, descending=True)
+        total = sorted_p.sum(-1, keepdim=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
+        drop_sorted = before >= top_p * total  # keep the smallest prefix reaching top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+    return probs

@@ -1,0 +1,184 @@
+"""Per-token log-probs of given sequences under a causal LM: the function training uses to recompute
+what a generation backend reported.
+
+Alignment (the one thing to get right): for a batch ``input_ids`` of shape ``[B, L]``,
+
+    token_logprobs(model, input_ids, attention_mask)[b, t]
+        == log_softmax(logits(input_ids[b, : t + 1]) / T)[input_ids[b, t + 1]]
+
+i.e. ``out[b, t]`` is the log-prob of the token at position ``t + 1`` given everything before it;
+the output has ``L - 1`` columns (the first token has no prediction). With ``start=s`` only the
+tokens from position ``s`` on are scored and ``out[b, j]`` is the log-prob of ``input_ids[b, s + j]``
+(shape ``[B, L - s]``; ``start=None`` is ``start=1``). Positions whose target token is padding
+(``attention_mask == 0``) are set to 0.
+
+Position ids are derived from the attention mask (``cumsum(mask) - 1``), so a sequence gets the same
+values whether it is left-padded (as for generation) or right-padded (as for training); the backends'
+reported log-probs match this function (tests/llm/test_backends.py checks it within 1e-5).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+__all__ = ["pad_batch", "position_ids_from_mask", "selective_log_softmax", "token_logprobs"]
+
+_CHUNK_ELEMENTS = 1 << 24
+"""Upper bound on the float32 elements held at once by the chunked log-softmax (64 MiB)."""
+
+
+def pad_batch(
+    seqs: Sequence[Sequence[int]],
+    pad_id: int,
+    side: Literal["left", "right"] = "left",
+    *,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token-id sequences to one ``[B, L]`` long tensor; returns ``(input_ids, attention_mask)``.
+
+    ``side="left"`` puts the padding first (what generation wants: every row ends at the last
+    column), ``side="right"`` puts it last (what training wants: every row starts at column 0).
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    if len(seqs) == 0:
+        raise ValueError("pad_batch needs at least one sequence")
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        n = len(s)
+        if n == 0:
+            continue
+        row = torch.as_tensor(list(s), dtype=torch.long)
+        if side == "left":
+            ids[i, width - n :] = row
+            mask[i, width - n :] = 1
+        else:
+            ids[i, :n] = row
+            mask[i, :n] = 1
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
+    return ids, mask
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``cumsum(mask) - 1`` clamped at 0: real tokens get 0, 1, 2, ... whatever side the padding is."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """``log_softmax(logits / T).gather(-1, index)`` without a float32 copy of the full log-softmax.
+
+    Forward: gather the selected logits first, then subtract a logsumexp computed chunk by chunk in
+    float32. Backward recomputes the softmax chunk by chunk:
+    ``d/dlogits = g * (onehot(index) - softmax(logits / T)) / T``. Nothing vocabulary-sized is saved
+    beyond the logits themselves.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, index: torch.Tensor, temperature: float) -> torch.Tensor:
+        flat = logits.reshape(-1, logits.shape[-1])
+        idx = index.reshape(-1)
+        out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+        step = max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1]))
+        for i in range(0, flat.shape[0], step):
+            chunk = flat[i : i + step].float()
+            if temperature != 1.0:
+                chunk = chunk / temperature
+            picked = chunk.gather(-1, idx[i : i + step, None]).squeeze(-1)
+            out[i : i + step] = picked - torch.logsumexp(chunk, dim=-1)
+        ctx.save_for_backward(logits, index)
+        ctx.temperature = temperature
+        return out.reshape(index.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        logits, index = ctx.saved_tensors
+        t = ctx.temperature
+        flat = logits.reshape(-1, logits.shape[-1])
+        idx = index.reshape(-1)
+        g = grad_out.reshape(-1).float()
+        grad = torch.empty_like(flat)
+        step = max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1]))
+        for i in range(0, flat.shape[0], step):
+            chunk = flat[i : i + step].float()
+            if t != 1.0:
+                chunk = chunk / t
+            gi = g[i : i + step, None]
+            d = -torch.softmax(chunk, dim=-1) * gi
+            d.scatter_add_(-1, idx[i : i + step, None], gi)
+            if t != 1.0:
+                d = d / t
+            grad[i : i + step] = d.to(grad.dtype)
+        return grad.reshape(logits.shape), None, None
+
+
+def selective_log_softmax(
+    logits: torch.Tensor, index: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """``log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1)`` in float32,
+    memory-frugal in forward and backward (see ``_SelectiveLogSoftmax``)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return _SelectiveLogSoftmax.apply(logits, index.long(), float(temperature))
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    cached = getattr(model, "_ragrl_logits_to_keep", None)
+    if cached is None:
+        try:
+            cached = "logits_to_keep" in inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            cached = False
+        try:
+            model._ragrl_logits_to_keep = cached  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+    return bool(cached)
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    start: int | None = None,
+) -> torch.Tensor:
+    """Log-probs of each token given its prefix: ``out[b, j] = log p_T(input_ids[b, s + j] | prefix)``.
+
+    ``s = start`` (default 1), so with the default ``out[b, t]`` scores ``input_ids[b, t + 1]`` and
+    ``out`` is ``[B, L - 1]``. ``p_T = softmax(logits / temperature)`` over the full vocabulary,
+    matching the generation backends' convention (a greedy generation's log-probs are recomputed
+    with ``temperature=1``). Works for left or right padding (positions come from the mask), under
+    ``torch.no_grad`` and with autograd (float32 result; targets at padding are 0).
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
+    seq_len = input_ids.shape[1]
+    s = 1 if start is None else int(start)
+    if not 1 <= s < seq_len:
+        raise ValueError(f"start must be in [1, {seq_len - 1}] for sequences of length {seq_len}, got {s}")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    position_ids = position_ids_from_mask(attention_mask)
+    n_keep = seq_len - s + 1  # logits at positions s-1 .. L-1; the last one predicts nothing
+    kwargs: dict[str, Any] = {}
+    if _accepts_logits_to_keep(model):
+        kwargs["logits_to_keep"] = n_keep
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        **kwargs,
+    )
+    logits = out.logits[:, -n_keep:-1, :]
+    targets = input_ids[:, s:]
+    lp = selective_log_softmax(logits, targets, temperature)
+    return torch.where(attention_mask[:, s:].bool(), lp, torch.zeros_like(lp))

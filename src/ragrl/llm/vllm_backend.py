@@ -1,0 +1,191 @@
+"""Generation with vLLM (the optional ``ragrl[vllm]`` extra; this module imports without it).
+
+Mapping of ``SamplingParams`` (ours → vLLM's, one request per prompt):
+
+==================  ===================================================================
+ours                vLLM
+==================  ===================================================================
+prompt token ids    ``TokensPrompt(prompt_token_ids=...)`` (nothing is re-tokenized)
+max_new_tokens      ``max_tokens``
+temperature         ``temperature`` (0 → greedy in vLLM too)
+top_k=0 / top_p     ``top_k=-1`` (vLLM's "off"; 0 is also accepted by recent versions) / ``top_p``
+stop                ``stop``, ``include_stop_str_in_output=True`` (the text keeps the stop string;
+                    the token ids are never cut: vLLM returns every sampled token)
+stop_token_ids      ``stop_token_ids`` (the model's EOS ids stop anyway: ``ignore_eos=False``)
+seed                ``seed + i`` for prompt ``i`` (per-request generators: a sequence's result does
+                    not depend on the rest of the batch, like ``TransformersBackend``)
+log-probs           ``logprobs=0`` (only the sampled token's), read from ``logprobs[j][token]``
+(no penalties)      ``repetition/presence/frequency_penalty`` at their neutral values, ``min_p=0``
+==================  ===================================================================
+
+Log-prob convention. vLLM V1 (≥ 0.10) reports, by default (``logprobs_mode="raw_logprobs"``),
+``log_softmax(logits)`` of the *raw* logits: before temperature. Our convention is
+``log_softmax(logits / T)`` over the full vocabulary, which is vLLM's ``"processed_logprobs"``
+(temperature applied) whenever no top-k / top-p truncation is requested. So the engine is built with
+``logprobs_mode="processed_logprobs"`` (when the installed vLLM has the option); greedy requests get
+``log_softmax(logits)`` in that mode too. With ``top_k > 0`` or ``top_p < 1`` vLLM's processed
+log-probs are those of the *truncated, renormalised* distribution (what was actually sampled from),
+not the full-vocabulary ones; every ``Generation`` says which it got in
+``metadata["logprobs_mode"]``/``metadata["truncated"]``.
+
+Finish reasons: vLLM's ``"length"`` → ``"length"``; ``"stop"`` with ``stop_reason`` a string →
+``"stop"`` (that string); ``stop_reason`` an int → ``"stop"`` (that id) unless it is an EOS id (the
+tokenizer's or the model's ``generation_config.json`` ones, which vLLM adds to the stop ids) → ``"eos"``;
+``stop_reason`` None (EOS) → ``"eos"`` with the last token id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from ragrl.errors import RagrlError
+from ragrl.llm.backend import FinishReason, Generation, SamplingParams
+
+__all__ = ["VLLMBackend", "to_generation", "vllm_sampling_kwargs"]
+
+_INSTALL_HINT = "vLLM is not installed: pip install 'ragrl[vllm]'"
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise RagrlError(_INSTALL_HINT) from err
+    return vllm
+
+
+def vllm_sampling_kwargs(params: SamplingParams, seed: int | None) -> dict[str, Any]:
+    """The ``vllm.SamplingParams`` keyword arguments for one request (pure; testable without vLLM)."""
+    return {
+        "n": 1,
+        "max_tokens": params.max_new_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k > 0 else -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": list(params.stop),
+        "stop_token_ids": list(params.stop_token_ids),
+        "include_stop_str_in_output": True,
+        "ignore_eos": False,
+        "seed": seed,
+        "logprobs": 0,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "detokenize": True,  # stop strings need the text
+    }
+
+
+def _logprob_value(entry: Any) -> float:
+    return float(entry.logprob if hasattr(entry, "logprob") else entry)
+
+
+def to_generation(
+    output: Any, params: SamplingParams, eos_token_ids: Sequence[int] = (), logprobs_mode: str = "unknown"
+) -> Generation:
+    """Map one vLLM ``CompletionOutput`` (``token_ids``, ``logprobs``, ``finish_reason``,
+    ``stop_reason``) to a ``Generation``."""
+    token_ids = [int(t) for t in output.token_ids]
+    if output.logprobs is None:
+        raise RagrlError("vLLM returned no log-probs (the request must set logprobs=0)")
+    logprobs = [_logprob_value(step[tok]) for step, tok in zip(output.logprobs, token_ids, strict=True)]
+    reason: FinishReason
+    stop: str | int | None
+    vllm_reason = output.finish_reason
+    stop_reason = getattr(output, "stop_reason", None)
+    if vllm_reason == "length":
+        reason, stop = "length", None
+    elif isinstance(stop_reason, str):
+        reason, stop = "stop", stop_reason
+    elif isinstance(stop_reason, int) and stop_reason not in set(eos_token_ids):
+        reason, stop = "stop", stop_reason
+    elif vllm_reason == "stop":
+        reason, stop = "eos", (token_ids[-1] if token_ids else None)
+    else:  # "abort" or an unknown reason: the sequence did not finish on its own
+        reason, stop = "length", None
+    truncated = params.temperature > 0 and (params.top_k > 0 or params.top_p < 1.0)
+    return Generation(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=reason,
+        stop=stop,
+        metadata={
+            "backend": "vllm",
+            "vllm_finish_reason": vllm_reason,
+            "logprobs_mode": logprobs_mode,
+            "truncated": truncated,
+        },
+    )
+
+
+class VLLMBackend:
+    """A ``GenerationBackend`` over ``vllm.LLM`` (token-id prompts, one request per prompt).
+
+    ``engine_kwargs`` go to ``vllm.LLM`` (``tensor_parallel_size``, ``gpu_memory_utilization``,
+    ``dtype``, ``max_model_len``, ...). ``logprobs_mode`` defaults to ``"processed_logprobs"`` where
+    the installed vLLM supports it (see the module docstring).
+    """
+
+    def __init__(self, model_path: str, **engine_kwargs: Any) -> None:
+        vllm = _import_vllm()
+        self._vllm = vllm
+        kwargs = dict(engine_kwargs)
+        if "logprobs_mode" not in kwargs and _engine_accepts(vllm, "logprobs_mode"):
+            kwargs["logprobs_mode"] = "processed_logprobs"
+        self.logprobs_mode = str(kwargs.get("logprobs_mode", "raw (vLLM without logprobs_mode)"))
+        self.llm = vllm.LLM(model=str(model_path), **kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.eos_token_ids = _eos_ids(str(model_path), self.tokenizer)
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """One ``Generation`` per prompt, in order."""
+        if not prompts:
+            return []
+        from vllm.inputs import TokensPrompt
+
+        requests = []
+        sampling = []
+        for i, p in enumerate(prompts):
+            if len(p) == 0:
+                raise RagrlError(f"prompt {i} is empty")
+            requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in p]))
+            seed = None if params.seed is None else int(params.seed) + i
+            sampling.append(self._vllm.SamplingParams(**vllm_sampling_kwargs(params, seed)))
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        eos = tuple(self.eos_token_ids)
+        return [to_generation(o.outputs[0], params, eos, self.logprobs_mode) for o in outputs]
+
+
+def _eos_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's EOS and the model's ``generation_config.json`` ones (vLLM stops on both; the
+    latter arrive as ``stop_reason`` ids, which we report as ``"eos"`` like ``TransformersBackend``)."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    try:
+        from transformers import GenerationConfig
+
+        extra = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
+    except Exception:  # no generation_config.json: the tokenizer's EOS is all there is
+        extra = None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, list | tuple):
+        ids.update(int(x) for x in extra)
+    return frozenset(ids)
+
+
+def _engine_accepts(vllm: Any, name: str) -> bool:
+    """Whether ``vllm.LLM`` / ``EngineArgs`` know the engine option ``name``."""
+    engine_args = getattr(vllm, "EngineArgs", None)
+    if engine_args is not None and dataclasses.is_dataclass(engine_args):
+        return name in {f.name for f in dataclasses.fields(engine_args)}
+    try:
+        return name in inspect.signature(vllm.LLM.__init__).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,166 @@
+"""token_logprobs / selective_log_softmax / pad_batch: alignment, padding sides, gradients, memory path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ragrl.llm import logprobs as lp_mod
+from ragrl.llm.logprobs import pad_batch, selective_log_softmax, token_logprobs
+
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+SEQS = [[5, 9, 13, 2, 40, 41, 7], [3, 4], [8, 60, 61, 62, 63], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
+
+
+def _reference(model: LlamaForCausalLM, seq: list[int], temperature: float) -> torch.Tensor:
+    """Scores of seq[1:], one unpadded forward pass per prefix, plain float32 log_softmax."""
+    out = []
+    with torch.no_grad():
+        for t in range(len(seq) - 1):
+            logits = model(torch.tensor([seq[: t + 1]])).logits[0, -1].float()
+            out.append(torch.log_softmax(logits / temperature, -1)[seq[t + 1]])
+    return torch.stack(out)
+
+
+def test_pad_batch_sides() -> None:
+    ids, mask = pad_batch([[1, 2, 3], [4]], pad_id=0, side="left")
+    assert ids.tolist() == [[1, 2, 3], [0, 0, 4]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    ids, mask = pad_batch([[1, 2, 3], [4]], pad_id=9, side="right")
+    assert ids.tolist() == [[1, 2, 3], [4, 9, 9]] and mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert ids.dtype == torch.long and mask.dtype == torch.long
+    with pytest.raises(ValueError):
+        pad_batch([[1]], 0, side="middle")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 0.9])
+def test_alignment_matches_prefix_by_prefix_reference(model: LlamaForCausalLM, temperature: float) -> None:
+    ids, mask = pad_batch(SEQS, 0, "right")
+    with torch.no_grad():
+        out = token_logprobs(model, ids, mask, temperature=temperature)
+    assert out.shape == (len(SEQS), ids.shape[1] - 1) and out.dtype == torch.float32
+    for b, seq in enumerate(SEQS):
+        ref = _reference(model, seq, temperature)
+        torch.testing.assert_close(out[b, : len(seq) - 1], ref, atol=1e-5, rtol=0)
+        assert torch.all(out[b, len(seq) - 1 :] == 0)  # targets that are padding score 0
+
+
+def test_left_and_right_padding_agree(model: LlamaForCausalLM) -> None:
+    """Rotary positions from the mask: the padding side does not change any value."""
+    left_ids, left_mask = pad_batch(SEQS, 0, "left")
+    right_ids, right_mask = pad_batch(SEQS, 0, "right")
+    with torch.no_grad():
+        left = token_logprobs(model, left_ids, left_mask, temperature=0.7)
+        right = token_logprobs(model, right_ids, right_mask, temperature=0.7)
+    width = left_ids.shape[1]
+    for b, seq in enumerate(SEQS):
+        n = len(seq) - 1
+        torch.testing.assert_close(left[b, width - 1 - n :], right[b, :n], atol=1e-5, rtol=0)
+
+
+def test_start_scores_a_suffix(model: LlamaForCausalLM) -> None:
+    ids, mask = pad_batch(SEQS, 0, "right")
+    with torch.no_grad():
+        full = token_logprobs(model, ids, mask)
+        tail = token_logprobs(model, ids, mask, start=3)
+    assert tail.shape == (len(SEQS), ids.shape[1] - 3)
+    # out[b, j] scores input_ids[b, start + j]; full[b, t] scores input_ids[b, t + 1].
+    torch.testing.assert_close(tail, full[:, 2:], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError):
+        token_logprobs(model, ids, mask, start=0)
+
+
+def test_model_without_logits_to_keep(model: LlamaForCausalLM) -> None:
+    class Plain(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=None):  # noqa: ANN001
+            return self.inner(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=use_cache,
+            )
+
+    ids, mask = pad_batch(SEQS, 0, "right")
+    with torch.no_grad():
+        a = token_logprobs(model, ids, mask, start=2)
+        b = token_logprobs(Plain(model), ids, mask, start=2)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_selective_log_softmax_values_and_grads(temperature: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lp_mod, "_CHUNK_ELEMENTS", 3 * 50)  # force several chunks
+    torch.manual_seed(1)
+    logits = (3 * torch.randn(2, 7, 50)).requires_grad_()
+    index = torch.randint(0, 50, (2, 7))
+    weights = torch.randn(2, 7)
+    ours = selective_log_softmax(logits, index, temperature)
+    (ours * weights).sum().backward()
+    grad_ours = logits.grad.clone()
+    logits.grad = None
+    ref = torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_ours, logits.grad, atol=1e-5, rtol=0)
+
+
+def test_selective_log_softmax_gradcheck() -> None:
+    torch.manual_seed(2)
+    logits = torch.randn(3, 4, 11, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 11, (3, 4))
+    # The forward computes in float32, so compare with a tolerance suited to it.
+    assert torch.autograd.gradcheck(
+        lambda x: selective_log_softmax(x, index, 0.8).double(), (logits,), eps=1e-3, atol=1e-3, rtol=1e-2
+    )
+
+
+def test_bf16_logits_are_scored_in_float32() -> None:
+    torch.manual_seed(3)
+    logits = (4 * torch.randn(4, 33)).to(torch.bfloat16)
+    index = torch.randint(0, 33, (4,))
+    ours = selective_log_softmax(logits, index)
+    ref = torch.log_softmax(logits.float(), -1).gather(-1, index[:, None]).squeeze(-1)
+    assert ours.dtype == torch.float32
+    torch.testing.assert_close(ours, ref, atol=1e-6, rtol=0)
+
+
+def test_token_logprobs_with_grad_matches_plain_autograd(model: LlamaForCausalLM) -> None:
+    ids, mask = pad_batch(SEQS, 0, "right")
+    model.zero_grad()
+    out = token_logprobs(model, ids, mask, temperature=0.8)
+    out.sum().backward()
+    ours = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=lp_mod.position_ids_from_mask(mask)
+    ).logits
+    ref = torch.log_softmax(logits[:, :-1].float() / 0.8, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    (ref * mask[:, 1:]).sum().backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(ours[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
+    model.zero_grad()
