@@ -1,0 +1,337 @@
+"""The batched multi-turn rollout engine: tokens in, tokens out.
+
+``RolloutEngine(backend, retriever, protocol, config).run(examples, n)`` plays ``n`` episodes per
+example and returns ``len(examples) * n`` ``Trajectory`` records, grouped (the ``n`` samples of an
+example are consecutive, with ``metadata["group"]`` = the example's index and ``metadata["sample"]``).
+
+Each turn:
+
+1. all *active* trajectories are generated in ONE ``backend.generate`` call; a prompt is the episode's
+   prompt ids plus every segment token so far (exactly as generated / appended, never re-tokenized);
+2. each generated segment is kept as a policy segment (text = ``decode(token_ids)``) and parsed by the
+   protocol, on that segment's text only;
+3. all search queries of the turn go to the retriever in ONE ``retriever.search`` call;
+4. each observation (passages, or the corrective message for an invalid action) is tokenized once
+   (``encode(text, add_special_tokens=False)``) and appended as an env segment (loss mask 0).
+
+Budgets and their recorded outcomes (``Trajectory.finish_reason`` / ``truncated``):
+
+* ``max_turns`` policy turns; an episode still running after them ends ``"max_turns"`` (truncated),
+  unless ``final_answer_turn`` grants one more generation, whose search is not executed;
+* ``max_total_tokens``: the completion (policy + env tokens) never exceeds it. Each turn may generate
+  ``min(max_new_tokens, remaining)`` tokens; an observation that does not fit is cut to the remaining
+  budget and the episode ends ``"max_tokens"`` (truncated), as does a turn that uses up the budget;
+* ``max_new_tokens`` per turn: a cut turn has ``finish_reason == "length"`` on its segment;
+* ``max_obs_tokens``: longer observations are cut to it (``Segment.truncated``);
+* ``max_invalid``: that many invalid actions end the episode ``"invalid_limit"``;
+* EOS without an answer ends the episode ``"eos"`` (an unexecuted search in that turn is recorded with
+  ``error``); an answer ends it ``"answer"``.
+
+The generate call of a turn uses the largest per-trajectory token allowance; a generation longer than
+its own trajectory's allowance is cut to it (a prefix of a sample is a sample, log-probs stay exact) and
+marked ``"length"``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrl.data.io import iter_jsonl, write_jsonl
+from ragrl.data.schema import Example
+from ragrl.errors import DataError, RagrlError
+from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
+from ragrl.retrieval.base import Retriever
+from ragrl.rollout.protocol import Protocol
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
+
+FINISH_REASONS = ("answer", "eos", "max_turns", "max_tokens", "invalid_limit")
+
+
+@dataclass
+class RolloutConfig:
+    max_turns: int = 4
+    """Policy turns per episode (not counting the optional final answer-only turn)."""
+    max_total_tokens: int = 1024
+    """Completion budget: policy and observation tokens together (the prompt is not counted)."""
+    max_new_tokens: int = 128
+    """Tokens per policy turn (shrinks to the remaining ``max_total_tokens``)."""
+    max_obs_tokens: int = 400
+    """Tokens per observation; longer ones are cut (``Segment.truncated``)."""
+    k: int = 3
+    """Passages retrieved per search query."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    """Default seed of ``run`` (each turn's generate call gets a seed derived from it and the turn)."""
+    n: int = 1
+    """Samples per example (the GRPO group size)."""
+    max_invalid: int | None = None
+    """End the episode after this many invalid actions (None: only the turn limit applies)."""
+    final_answer_turn: bool = False
+    """After ``max_turns``, give unfinished episodes one more turn whose searches are not executed
+    (the Search-R1 / Eval-RAR code lineage); off by default."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_total_tokens", "max_new_tokens", "max_obs_tokens", "k", "n"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise RagrlError(f"rollout.{name} must be a positive integer, got {v!r}")
+        if self.max_invalid is not None and self.max_invalid < 1:
+            raise RagrlError(f"rollout.max_invalid must be >= 1 or null, got {self.max_invalid!r}")
+        # validates temperature / top_p / top_k with the backend's own rules
+        try:
+            self.sampling(1)
+        except ValueError as e:
+            raise RagrlError(f"rollout: {e}") from None
+
+    def sampling(
+        self, max_new_tokens: int, stop: tuple[str, ...] = (), seed: int | None = None
+    ) -> SamplingParams:
+        return SamplingParams(
+            max_new_tokens=max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop=tuple(stop),
+            seed=seed,
+        )
+
+
+def turn_seed(seed: int | None, turn: int) -> int | None:
+    """The seed of one turn's generate call, derived from the run's seed (None stays None)."""
+    if seed is None:
+        return None
+    return (int(seed) * 1_000_003 + turn * 7919 + 17) % (2**31 - 1)
+
+
+@dataclass
+class _Episode:
+    example: Example
+    traj: Trajectory
+    done: bool = False
+    invalid: int = 0
+    t_generate: float = 0.0
+    t_retrieve: float = 0.0
+    pending: list[tuple[Action, Segment | None]] = field(default_factory=list)
+
+    @property
+    def used(self) -> int:
+        return sum(len(s.token_ids) for s in self.traj.segments)
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        retriever: Retriever | None,
+        protocol: Protocol,
+        config: RolloutConfig | None = None,
+    ) -> None:
+        self.backend = backend
+        self.retriever = retriever
+        self.protocol = protocol
+        self.config = config or RolloutConfig()
+        self.tokenizer = backend.tokenizer
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def _encode_obs(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _finish(self, ep: _Episode, reason: str, *, truncated: bool, t0: float) -> None:
+        ep.done = True
+        ep.traj.finish_reason = reason
+        ep.traj.truncated = truncated
+        ep.traj.timings = {
+            "generate": ep.t_generate,
+            "retrieve": ep.t_retrieve,
+            "total": time.perf_counter() - t0,
+        }
+
+    def _append_obs(self, ep: _Episode, text: str, t0: float) -> None:
+        """Tokenize an observation once, cut it to the budgets, append it; end the episode if the total
+        budget is used up."""
+        cfg = self.config
+        ids = self._encode_obs(text)
+        truncated = False
+        if len(ids) > cfg.max_obs_tokens:
+            ids, truncated = ids[: cfg.max_obs_tokens], True
+        remaining = cfg.max_total_tokens - ep.used
+        over_budget = len(ids) > remaining
+        if over_budget:
+            ids, truncated = ids[: max(remaining, 0)], True
+        if ids:
+            seg_text = self._decode(ids) if truncated else text
+            ep.traj.segments.append(Segment("env", ids, seg_text, truncated=truncated))
+        if over_budget or ep.used >= cfg.max_total_tokens:
+            self._finish(ep, "max_tokens", truncated=True, t0=t0)
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def run(
+        self, examples: Sequence[Example], n: int | None = None, seed: int | None = None
+    ) -> list[Trajectory]:
+        cfg = self.config
+        n = cfg.n if n is None else n
+        if n < 1:
+            raise RagrlError(f"n must be >= 1, got {n}")
+        seed = cfg.seed if seed is None else seed
+        t0 = time.perf_counter()
+
+        episodes: list[_Episode] = []
+        for g, ex in enumerate(examples):
+            prompt = list(self.protocol.prompt_ids(ex, self.tokenizer))
+            for s in range(n):
+                traj = Trajectory(
+                    example_id=ex.id,
+                    prompt_ids=list(prompt),
+                    metadata={"group": g, "sample": s, "protocol": self.protocol.name},
+                )
+                episodes.append(_Episode(ex, traj))
+
+        for turn in range(cfg.max_turns):
+            active = [ep for ep in episodes if not ep.done]
+            if not active:
+                break
+            # another turn follows this one: a search here gets executed
+            execute_search = turn + 1 < cfg.max_turns or cfg.final_answer_turn
+            self._turn(active, turn, seed, execute_search=execute_search, t0=t0)
+
+        leftover = [ep for ep in episodes if not ep.done]
+        if leftover and cfg.final_answer_turn:
+            self._turn(leftover, cfg.max_turns, seed, execute_search=False, t0=t0)
+        for ep in episodes:
+            if not ep.done:
+                self._finish(ep, "max_turns", truncated=True, t0=t0)
+        return [ep.traj for ep in episodes]
+
+    def _turn(
+        self, active: list[_Episode], turn: int, seed: int | None, *, execute_search: bool, t0: float
+    ) -> None:
+        cfg = self.config
+        allowance = [min(cfg.max_new_tokens, cfg.max_total_tokens - ep.used) for ep in active]
+        # an episode with no budget left was already ended by _append_obs; guard anyway
+        for ep, a in zip(active, allowance, strict=True):
+            if a < 1:
+                self._finish(ep, "max_tokens", truncated=True, t0=t0)
+        pairs = [(ep, a) for ep, a in zip(active, allowance, strict=True) if a >= 1]
+        if not pairs:
+            return
+        prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep, _ in pairs]
+        params = cfg.sampling(max(a for _, a in pairs), self.protocol.stop, turn_seed(seed, turn))
+        t = time.perf_counter()
+        gens = self.backend.generate(prompts, params)
+        dt = time.perf_counter() - t
+        if len(gens) != len(prompts):
+            raise RagrlError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
+
+        searches: list[tuple[_Episode, Action]] = []
+        for (ep, a), gen in zip(pairs, gens, strict=True):
+            ep.t_generate += dt
+            ids, logprobs, finish = _cut(gen, a)
+            text = self._decode(ids)
+            ep.traj.segments.append(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
+            action = self.protocol.safe_parse(text, turn)
+            action.turn = turn  # one policy segment per turn: also the policy segment's index
+            ep.traj.actions.append(action)
+
+            if self.protocol.is_final(action):
+                ep.traj.final_answer = action.content
+                self._finish(ep, "answer", truncated=False, t0=t0)
+                continue
+            if finish == "eos":
+                if action.kind != "invalid" and action.error is None:
+                    action.error = "not executed: the turn ended with EOS"
+                self._finish(ep, "eos", truncated=False, t0=t0)
+                continue
+            budget_left = cfg.max_total_tokens - ep.used
+            if action.kind == "invalid":
+                ep.invalid += 1
+                if cfg.max_invalid is not None and ep.invalid >= cfg.max_invalid:
+                    self._finish(ep, "invalid_limit", truncated=False, t0=t0)
+                    continue
+            if budget_left <= 0:
+                if self.protocol.is_search(action) and action.error is None:
+                    action.error = "not executed: token budget used up"
+                self._finish(ep, "max_tokens", truncated=True, t0=t0)
+                continue
+            if action.kind == "invalid":
+                if execute_search:  # a corrective only makes sense if another turn follows
+                    self._append_obs(ep, self.protocol.corrective(action), t0)
+            elif self.protocol.is_search(action):
+                if execute_search and self.retriever is not None:
+                    searches.append((ep, action))
+                elif action.error is None:
+                    action.error = "not executed: no turn left" if self.retriever else "no retriever"
+
+        if searches:
+            t = time.perf_counter()
+            results = self.retriever.search([a.content for _, a in searches], self.config.k)  # type: ignore[union-attr]
+            dt = time.perf_counter() - t
+            if len(results) != len(searches):
+                raise RagrlError(
+                    f"retriever returned {len(results)} result lists for {len(searches)} queries"
+                )
+            for (ep, action), hits in zip(searches, results, strict=True):
+                ep.t_retrieve += dt
+                action.retrieved_ids = [h.id for h in hits]
+                action.retrieved_scores = [float(h.score) for h in hits]
+                self._append_obs(ep, self.protocol.observation(action, hits), t0)
+
+
+def _cut(gen: Generation, allowance: int) -> tuple[list[int], list[float], str]:
+    ids = [int(t) for t in gen.token_ids]
+    logprobs = [float(x) for x in gen.logprobs] if gen.logprobs is not None else [0.0] * len(ids)
+    if len(logprobs) != len(ids):
+        raise RagrlError(f"backend returned {len(logprobs)} log-probs for {len(ids)} tokens")
+    finish = gen.finish_reason
+    if len(ids) > allowance:
+        ids, logprobs, finish = ids[:allowance], logprobs[:allowance], "length"
+    return ids, logprobs, finish
+
+
+# -- jsonl ----------------------------------------------------------------------------------------------
+
+
+def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> int:
+    """Write trajectories as jsonl (one ``Trajectory.to_dict()`` per line, atomically); returns the count."""
+    return write_jsonl(path, (t.to_dict() for t in trajectories))
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read a trajectory jsonl file; a bad line raises ``DataError`` naming the file and line."""
+    out: list[Trajectory] = []
+    for line, record in iter_jsonl(path):
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object, got {type(record).__name__}", path=path, line=line)
+        try:
+            traj = Trajectory.from_dict(record)
+            if not isinstance(traj.prompt_ids, list) or not all(
+                isinstance(s, Segment) for s in traj.segments
+            ):
+                raise TypeError("malformed fields")
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            raise DataError(f"not a trajectory record ({e})", path=path, line=line) from None
+        out.append(traj)
+    return out
+
+
+def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
+    """A small dict for logs: counts and outcomes, no token ids."""
+    return {
+        "example_id": traj.example_id,
+        "finish_reason": traj.finish_reason,
+        "truncated": traj.truncated,
+        "final_answer": traj.final_answer,
+        "searches": traj.num_searches,
+        "invalid": traj.num_invalid,
+        "completion_tokens": len(traj.completion_ids),
+        "policy_tokens": traj.num_policy_tokens,
+        "actions": [asdict(a) for a in traj.actions],
+    }

@@ -1,0 +1,196 @@
+"""The ``Protocol`` abstraction: a method's prompt and tag grammar, and the tag helpers every method reuses.
+
+A protocol answers five questions for the rollout engine (``ragrl.rollout.engine``):
+
+* what to send first: ``messages(example)`` (chat messages) and ``prompt_ids(example, tokenizer)``
+  (through the tokenizer's chat template when it has one, else a plain-text rendering encoded once);
+* when a policy turn stops: ``stop`` (stop strings, matched on the generated text only);
+* what the policy did: ``parse(text, turn) -> Action`` on the text of ONE generated segment (never the
+  prompt, never earlier turns). ``parse`` never raises: text it cannot read is an ``invalid`` action
+  whose ``error`` says why;
+* what the environment answers: ``observation(action, hits)`` for a search, ``corrective(action)`` for
+  an invalid action;
+* whether the episode is over: ``is_final(action)``.
+
+Nothing here special-cases a model: the only model-specific thing is the tokenizer's own chat template.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragrl.data.schema import Example
+from ragrl.retrieval.base import Hit
+from ragrl.rollout.trajectory import Action
+
+# -- tag helpers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TagSpan:
+    """One complete ``<tag>content</tag>`` occurrence: character offsets into the searched text."""
+
+    tag: str
+    start: int
+    """Offset of ``<tag>``."""
+    end: int
+    """Offset just after ``</tag>``."""
+    content: str
+    """The raw text between the tags (not stripped)."""
+
+
+def open_tag(tag: str) -> str:
+    return f"<{tag}>"
+
+
+def close_tag(tag: str) -> str:
+    return f"</{tag}>"
+
+
+def find_spans(text: str, tag: str) -> list[TagSpan]:
+    """Every complete ``<tag>…</tag>`` span in ``text``, in order.
+
+    Each closing tag is paired with the *last* opening tag before it that comes after the previous
+    closing tag, so ``<search>a <search>b</search>`` yields one span with content ``b`` and an unclosed
+    ``<search>`` yields nothing. Spans never overlap.
+    """
+    o, c = open_tag(tag), close_tag(tag)
+    spans: list[TagSpan] = []
+    pos = 0  # end of the previous closing tag
+    while True:
+        close_at = text.find(c, pos)
+        if close_at < 0:
+            return spans
+        open_at = text.rfind(o, pos, close_at)
+        if open_at >= 0:
+            spans.append(TagSpan(tag, open_at, close_at + len(c), text[open_at + len(o) : close_at]))
+        pos = close_at + len(c)
+
+
+def first_span(text: str, tag: str) -> TagSpan | None:
+    spans = find_spans(text, tag)
+    return spans[0] if spans else None
+
+
+def last_span(text: str, tag: str) -> TagSpan | None:
+    spans = find_spans(text, tag)
+    return spans[-1] if spans else None
+
+
+def last_span_of(text: str, tags: Sequence[str]) -> TagSpan | None:
+    """The complete span, of any of ``tags``, whose closing tag ends last in ``text``."""
+    best: TagSpan | None = None
+    for tag in tags:
+        span = last_span(text, tag)
+        if span is not None and (best is None or span.end > best.end):
+            best = span
+    return best
+
+
+def has_open_tag(text: str, tag: str) -> bool:
+    return open_tag(tag) in text
+
+
+def strip_tags(text: str, tags: Sequence[str]) -> str:
+    """Remove the opening and closing markers of ``tags`` (their content stays)."""
+    for tag in tags:
+        text = text.replace(open_tag(tag), "").replace(close_tag(tag), "")
+    return text
+
+
+_WS = re.compile(r"\s+")
+
+
+def squash_ws(text: str) -> str:
+    """Collapse runs of whitespace to one space and strip (for queries and answers)."""
+    return _WS.sub(" ", text).strip()
+
+
+# -- prompt rendering ------------------------------------------------------------------------------
+
+
+def render_plain(messages: Sequence[Mapping[str, str]]) -> str:
+    """The plain-text prompt used when a tokenizer has no chat template: message contents joined by a
+    blank line (no role names, nothing model-specific)."""
+    return "\n\n".join(m["content"] for m in messages if m.get("content"))
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_messages(messages: list[dict[str, str]], tokenizer: Any) -> list[int]:
+    """Token ids of ``messages`` ready for generation.
+
+    With a chat template: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``
+    (tokenized by the template call itself). Without one: ``render_plain(messages)`` encoded once with
+    the tokenizer's default special tokens (a BOS where the model uses one).
+    """
+    if has_chat_template(tokenizer):
+        out = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if isinstance(out, Mapping) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        ids = list(out)
+        if ids and isinstance(ids[0], list):  # a batch of one
+            ids = ids[0]
+        return [int(t) for t in ids]
+    return list(tokenizer.encode(render_plain(messages), add_special_tokens=True))
+
+
+# -- the abstraction -------------------------------------------------------------------------------
+
+
+class Protocol(ABC):
+    """A method's prompt and tag grammar (see the module docstring)."""
+
+    name: str = "protocol"
+    stop: tuple[str, ...] = ()
+
+    @abstractmethod
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        """The chat messages (``{"role", "content"}``) that open an episode."""
+
+    def prompt_ids(self, example: Example, tokenizer: Any) -> list[int]:
+        return encode_messages(self.messages(example), tokenizer)
+
+    def prompt_text(self, example: Example) -> str:
+        """The plain-text rendering (what ``prompt_ids`` encodes when there is no chat template)."""
+        return render_plain(self.messages(example))
+
+    @abstractmethod
+    def parse(self, text: str, turn: int) -> Action:
+        """The action in one generated segment. Must never raise: unreadable text is ``invalid``."""
+
+    @abstractmethod
+    def observation(self, action: Action, hits: list[Hit]) -> str:
+        """The environment's answer to a search action."""
+
+    @abstractmethod
+    def corrective(self, action: Action) -> str:
+        """The environment's answer to an invalid action."""
+
+    def env_spans(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of environment text (observations, corrective messages) inside a saved
+        completion, so it can be split back into policy and environment parts (``ragrl reward``).
+        The default finds ``<information>…</information>`` blocks; protocols with other observations
+        override it."""
+        return [(s.start, s.end) for s in find_spans(text, "information")]
+
+    def is_final(self, action: Action) -> bool:
+        return action.kind == "answer"
+
+    def is_search(self, action: Action) -> bool:
+        return action.kind == "search"
+
+    def safe_parse(self, text: str, turn: int) -> Action:
+        """``parse``, with any exception turned into an invalid action (a last line of defence)."""
+        try:
+            return self.parse(text, turn)
+        except Exception as e:  # noqa: BLE001 - a protocol bug must not kill a batch of rollouts
+            return Action("invalid", turn=turn, error=f"parser error: {type(e).__name__}: {e}")

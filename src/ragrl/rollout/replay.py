@@ -1,0 +1,48 @@
+"""Rebuild a ``Trajectory`` from saved completion text, to re-score logged runs (``ragrl reward``).
+
+A completion is the generated text after the prompt, observations included. The protocol says where
+the environment's text is (``Protocol.env_spans``); everything else is policy text, split into turns
+at those spans and parsed turn by turn exactly as during the rollout. Token ids are not available from
+text, so segments carry none; search actions carry no retrieved ids. Rewards that read only text,
+actions and the final answer score such a trajectory exactly as the live one.
+"""
+
+from __future__ import annotations
+
+from ragrl.rollout.protocol import Protocol
+from ragrl.rollout.trajectory import Segment, Trajectory
+
+
+def trajectory_from_completion(example_id: str, completion: str, protocol: Protocol) -> Trajectory:
+    traj = Trajectory(example_id=example_id, prompt_ids=[], metadata={"replayed_from_text": True})
+    position = 0
+    pieces: list[tuple[str, str]] = []
+    for start, end in protocol.env_spans(completion):
+        if start < position:
+            continue  # overlapping spans: keep the first
+        pieces.append(("policy", completion[position:start]))
+        pieces.append(("env", completion[start:end]))
+        position = end
+    pieces.append(("policy", completion[position:]))
+
+    turn = 0
+    for kind, text in pieces:
+        if not text:
+            continue
+        if kind == "env":
+            traj.segments.append(Segment("env", [], text))
+            continue
+        if not text.strip() and traj.segments and traj.segments[-1].kind == "env":
+            traj.segments.append(Segment("policy", [], text, []))  # whitespace between observations
+            continue
+        traj.segments.append(Segment("policy", [], text, []))
+        action = protocol.safe_parse(text, turn)
+        traj.actions.append(action)
+        turn += 1
+        if protocol.is_final(action):
+            traj.final_answer = action.content
+            traj.finish_reason = "answer"
+            break
+    if traj.final_answer is None:
+        traj.finish_reason = "no_answer"
+    return traj

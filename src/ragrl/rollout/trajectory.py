@@ -1,0 +1,137 @@
+"""``Trajectory``: the typed record of one rollout, read by rewards, advantages, evaluation and reports.
+
+A trajectory is the prompt's token ids plus an ordered list of segments. A *policy* segment holds the
+tokens the model generated in one turn, exactly as generated, with their log-probs; an *env* segment
+holds an observation (retrieved passages, a corrective message) tokenized once and appended. Everything
+the training code needs is derived from the segments, never stored twice:
+
+* ``completion_ids``: all segment tokens concatenated, in order;
+* ``loss_mask``: 1 for policy tokens, 0 for environment tokens (same length as ``completion_ids``);
+* ``completion_logprobs``: the policy log-probs aligned with ``completion_ids`` (0.0 under env tokens).
+
+``actions`` are the parsed actions, one per policy turn, carrying the queries, the retrieved passage
+ids and scores of a search, and the answer text; ``final_answer`` is the answer the episode ended with
+(None if it ended without one). Serialised as one JSON object per line (``to_dict`` / ``from_dict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+SegmentKind = Literal["policy", "env"]
+
+# Action kinds used across methods. A protocol may add its own; these names are shared vocabulary.
+ACTION_KINDS = ("search", "answer", "evaluate", "reflect", "backtrack", "refuse", "think", "invalid")
+
+
+@dataclass
+class Segment:
+    kind: SegmentKind
+    token_ids: list[int]
+    text: str
+    """Policy: the decoding of ``token_ids``. Env: the observation text that was tokenized."""
+    logprobs: list[float] | None = None
+    """Policy only: one log-prob per token (see ``ragrl.llm.backend`` for the convention)."""
+    finish_reason: str | None = None
+    """Policy only: why the backend stopped this turn ("stop", "eos", "length")."""
+    truncated: bool = False
+    """Env only: the observation was cut (``max_obs_tokens`` or the total token budget)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("policy", "env"):
+            raise ValueError(f"segment kind must be 'policy' or 'env', got {self.kind!r}")
+        if self.kind == "policy" and self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError("a policy segment needs one log-prob per token")
+        if self.kind == "env" and self.logprobs is not None:
+            raise ValueError("an env segment has no log-probs")
+
+
+@dataclass
+class Action:
+    kind: str
+    """One of ``ACTION_KINDS`` (or a protocol's own kind)."""
+    content: str = ""
+    """The query of a search, the answer text of an answer, the body of an evaluate/reflect block."""
+    turn: int = 0
+    """Index of the policy segment this action was parsed from."""
+    retrieved_ids: list[str] = field(default_factory=list)
+    retrieved_scores: list[float] = field(default_factory=list)
+    error: str | None = None
+    """For ``invalid``: what was wrong (shown to the policy in the corrective observation)."""
+
+
+@dataclass
+class Trajectory:
+    example_id: str
+    prompt_ids: list[int]
+    segments: list[Segment] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    final_answer: str | None = None
+    finish_reason: str = ""
+    """Why the episode ended: "answer", "eos", "max_turns", "max_tokens", ..."""
+    truncated: bool = False
+    """True when the episode was cut by a budget (turns or tokens) rather than ending by itself."""
+    timings: dict[str, float] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived views (never stored) -------------------------------------------------------------
+    @property
+    def completion_ids(self) -> list[int]:
+        return [t for s in self.segments for t in s.token_ids]
+
+    @property
+    def loss_mask(self) -> list[int]:
+        return [1 if s.kind == "policy" else 0 for s in self.segments for _ in s.token_ids]
+
+    @property
+    def completion_logprobs(self) -> list[float]:
+        out: list[float] = []
+        for s in self.segments:
+            if s.kind == "policy" and s.logprobs is not None:
+                out.extend(s.logprobs)
+            else:
+                out.extend([0.0] * len(s.token_ids))
+        return out
+
+    @property
+    def completion_text(self) -> str:
+        """The generated text after the prompt, observations included."""
+        return "".join(s.text for s in self.segments)
+
+    @property
+    def policy_text(self) -> str:
+        """Only what the policy wrote."""
+        return "".join(s.text for s in self.segments if s.kind == "policy")
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.segments if s.kind == "policy")
+
+    @property
+    def queries(self) -> list[str]:
+        return [a.content for a in self.actions if a.kind == "search"]
+
+    @property
+    def retrieved_ids(self) -> list[str]:
+        """Every retrieved passage id, in retrieval order (repeats kept)."""
+        return [pid for a in self.actions if a.kind == "search" for pid in a.retrieved_ids]
+
+    @property
+    def num_searches(self) -> int:
+        return sum(1 for a in self.actions if a.kind == "search")
+
+    @property
+    def num_invalid(self) -> int:
+        return sum(1 for a in self.actions if a.kind == "invalid")
+
+    # -- serialisation ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["segments"] = [Segment(**s) for s in d.get("segments", [])]
+        d["actions"] = [Action(**a) for a in d.get("actions", [])]
+        return cls(**d)

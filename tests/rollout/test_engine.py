@@ -1,0 +1,425 @@
+"""The batched multi-turn rollout engine on a small BM25 index with scripted policies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from ragrl.data.schema import Example, Passage
+from ragrl.errors import DataError
+from ragrl.methods.search_r1 import SearchR1Protocol
+from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.rollout.engine import (
+    RolloutConfig,
+    RolloutEngine,
+    read_trajectories,
+    turn_seed,
+    write_trajectories,
+)
+from ragrl.rollout.scripted import DemonstratorBackend, ScriptedBackend
+from ragrl.rollout.trajectory import Trajectory
+
+TAGS = [
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<information>",
+    "</information>",
+    "<answer>",
+    "</answer>",
+]
+
+PASSAGES = [
+    Passage.make("Alan Turing", "Alan Turing was born in Maida Vale, London, in 1912."),
+    Passage.make("London", "London is the capital city of England and the United Kingdom."),
+    Passage.make("Paris", "Paris is the capital of France, on the river Seine."),
+    Passage.make("Ada Lovelace", "Ada Lovelace wrote the first published algorithm for a machine."),
+]
+
+
+def bpe_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=["</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([p.contents for p in PASSAGES] * 3, trainer)
+    tok.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", clean_up_tokenization_spaces=False
+    )
+
+
+TOK = bpe_tokenizer()
+EOS = TOK.eos_token_id
+INFO_END = TOK.convert_tokens_to_ids("</information>")
+
+
+class CountingRetriever:
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[list[str]] = []
+
+    @property
+    def fingerprint(self):
+        return self.inner.fingerprint
+
+    def search(self, queries, k):
+        self.calls.append(list(queries))
+        return self.inner.search(queries, k)
+
+    def save(self, directory):  # pragma: no cover
+        self.inner.save(directory)
+
+
+@pytest.fixture(scope="module")
+def bm25():
+    return BM25Retriever.build(PASSAGES)
+
+
+def example(i: int = 0, q: str = "In which country was Alan Turing born?") -> Example:
+    return Example(id=f"q{i}", question=q, answers=["England"])
+
+
+PROTOCOL = SearchR1Protocol()
+
+
+def turn_of(prompt_ids: list[int]) -> int:
+    """Observations seen so far (the prompt text itself contains one </information>)."""
+    return prompt_ids.count(INFO_END) - 1
+
+
+def script(turns: list[str]):
+    """A policy that writes turns[i] at turn i (and answers after the list is used up)."""
+
+    def policy(prompt_ids, index):
+        t = turn_of(prompt_ids)
+        return turns[t] if t < len(turns) else "<answer> done </answer>"
+
+    return policy
+
+
+TWO_SEARCHES = [
+    "<think> first find where Turing was born </think>\n<search> Alan Turing born </search>",
+    "<think> London; which country </think>\n<search> London capital city England </search>",
+    "<think> England </think>\n<answer> England </answer>",
+]
+
+
+def engine(policy, retriever, **cfg):
+    backend = ScriptedBackend(TOK, policy)
+    return RolloutEngine(backend, retriever, PROTOCOL, RolloutConfig(**cfg)), backend
+
+
+def test_two_searches_then_answer(bm25):
+    retr = CountingRetriever(bm25)
+    eng, backend = engine(script(TWO_SEARCHES), retr)
+    [traj] = eng.run([example()])
+    assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
+    assert [s.text for s in traj.segments if s.kind == "policy"] == TWO_SEARCHES
+    assert [s.finish_reason for s in traj.segments if s.kind == "policy"] == ["stop", "stop", "stop"]
+    assert traj.queries == ["Alan Turing born", "London capital city England"]
+    assert traj.actions[0].retrieved_ids[0] == PASSAGES[0].id
+    assert traj.actions[1].retrieved_ids[0] == PASSAGES[1].id
+    assert len(traj.actions[0].retrieved_scores) == len(traj.actions[0].retrieved_ids) <= 3
+    assert traj.final_answer == "England" and traj.finish_reason == "answer" and not traj.truncated
+    assert [a.kind for a in traj.actions] == ["search", "search", "answer"]
+    assert [a.turn for a in traj.actions] == [0, 1, 2]
+    # observations: exactly the protocol's rendering of the hits, tokenized once
+    hits = bm25.search(["Alan Turing born"], 3)[0]
+    obs = PROTOCOL.observation(traj.actions[0], hits)
+    assert traj.segments[1].text == obs
+    assert traj.segments[1].token_ids == TOK.encode(obs, add_special_tokens=False)
+    assert obs.startswith("\n<information>Doc 1 (Title: Alan Turing) Alan Turing was born")
+    # tokens in / tokens out: policy tokens as generated, mask 1 on them only
+    expected_mask = []
+    for s in traj.segments:
+        expected_mask += [1 if s.kind == "policy" else 0] * len(s.token_ids)
+        if s.kind == "policy":
+            assert TOK.decode(s.token_ids, skip_special_tokens=False) == s.text
+            assert s.logprobs == [0.0] * len(s.token_ids)
+    assert traj.loss_mask == expected_mask
+    assert traj.prompt_ids == PROTOCOL.prompt_ids(example(), TOK)
+    assert traj.metadata["group"] == 0 and traj.metadata["sample"] == 0
+    assert set(traj.timings) == {"generate", "retrieve", "total"}
+    assert traj.timings["total"] >= traj.timings["generate"] >= 0
+    # one generate call and one search call per turn
+    assert len(backend.calls) == 3 and len(retr.calls) == 2
+    assert backend.calls[0][1].stop == ("</search>", "</answer>")
+
+
+def test_prompts_are_prompt_plus_segments(bm25):
+    seen: list[list[int]] = []
+
+    def policy(prompt_ids, index):
+        seen.append(list(prompt_ids))
+        return script(TWO_SEARCHES)(prompt_ids, index)
+
+    eng, _ = engine(policy, bm25)
+    [traj] = eng.run([example()])
+    full = traj.prompt_ids + traj.completion_ids
+    assert [len(p) for p in seen] == [
+        len(traj.prompt_ids),
+        len(traj.prompt_ids) + sum(len(s.token_ids) for s in traj.segments[:2]),
+        len(traj.prompt_ids) + sum(len(s.token_ids) for s in traj.segments[:4]),
+    ]
+    for p in seen:
+        assert full[: len(p)] == p
+
+
+def test_invalid_action_gets_corrective(bm25):
+    turns = ["<think> hmm </think> <search>   </search>", "<answer> England </answer>"]
+    eng, _ = engine(counted(turns), bm25)  # the corrective has no </information>
+    [traj] = eng.run([example()])
+    assert [s.kind for s in traj.segments] == ["policy", "env", "policy"]
+    bad = traj.actions[0]
+    assert bad.kind == "invalid" and bad.error == "empty query"
+    assert traj.segments[1].text == PROTOCOL.corrective(bad)
+    assert "empty query" in traj.segments[1].text
+    assert traj.num_invalid == 1 and traj.final_answer == "England"
+
+
+def test_turn_cut_by_max_new_tokens_is_recorded_and_corrected(bm25):
+    calls = []
+
+    def policy(prompt_ids, index):
+        calls.append(1)
+        return "word " * 200 if len(calls) == 1 else "<answer> England </answer>"
+
+    eng, backend = engine(policy, bm25, max_new_tokens=10)
+    [traj] = eng.run([example()])
+    first = traj.segments[0]
+    assert first.finish_reason == "length" and len(first.token_ids) == 10
+    assert traj.actions[0].kind == "invalid" and traj.segments[1].kind == "env"
+    assert traj.finish_reason == "answer"
+
+
+def test_max_invalid_limit(bm25):
+    eng, _ = engine(lambda p, i: "<search></search>", bm25, max_invalid=2)
+    [traj] = eng.run([example()])
+    assert traj.finish_reason == "invalid_limit" and traj.num_invalid == 2 and not traj.truncated
+
+
+def test_max_turns(bm25):
+    eng, backend = engine(lambda p, i: "<search> Alan Turing </search>", bm25, max_turns=3)
+    [traj] = eng.run([example()])
+    assert traj.finish_reason == "max_turns" and traj.truncated and traj.final_answer is None
+    assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
+    # the last turn's search is recorded but not executed (no turn would read it)
+    assert traj.actions[-1].kind == "search" and traj.actions[-1].retrieved_ids == []
+    assert traj.actions[-1].error is not None
+    assert len(backend.calls) == 3
+
+
+def test_final_answer_turn(bm25):
+    def policy(prompt_ids, index):
+        return "<search> Alan Turing </search>" if turn_of(prompt_ids) < 2 else "<answer> England </answer>"
+
+    eng, backend = engine(policy, bm25, max_turns=2, final_answer_turn=True)
+    [traj] = eng.run([example()])
+    assert len(backend.calls) == 3
+    assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
+    assert traj.finish_reason == "answer" and traj.final_answer == "England"
+
+    eng, _ = engine(lambda p, i: "<search> Alan Turing </search>", bm25, max_turns=2, final_answer_turn=True)
+    [traj] = eng.run([example()])
+    assert traj.finish_reason == "max_turns" and traj.truncated
+    assert len([s for s in traj.segments if s.kind == "policy"]) == 3
+    assert traj.segments[-1].kind == "policy"  # the final turn's search is not executed
+
+
+def test_max_total_tokens(bm25):
+    eng, backend = engine(lambda p, i: "<search> Alan Turing born </search>", bm25, max_total_tokens=40)
+    [traj] = eng.run([example()])
+    assert len(traj.completion_ids) <= 40
+    assert traj.finish_reason == "max_tokens" and traj.truncated
+    assert traj.segments[-1].kind == "env" and traj.segments[-1].truncated
+    assert len(traj.completion_ids) == 40  # the observation was cut to exactly fill the budget
+
+
+def test_per_turn_allowance_shrinks_to_budget(bm25):
+    eng, backend = engine(
+        lambda p, i: "<think> x </think> <search> Paris </search>",
+        bm25,
+        max_total_tokens=60,
+        max_obs_tokens=20,
+    )
+    [traj] = eng.run([example()])
+    assert len(traj.completion_ids) <= 60
+    used = 0
+    segs = iter(traj.segments)
+    for _n_prompt, params in backend.calls:
+        assert params.max_new_tokens == min(128, 60 - used)
+        # advance past this turn's segments
+        for s in segs:
+            used += len(s.token_ids)
+            if s.kind == "env":
+                break
+    assert traj.finish_reason == "max_tokens"
+
+
+def counted(turns: list[str]):
+    """A single-episode policy that writes turns[i] at its i-th call."""
+    calls = []
+
+    def policy(prompt_ids, index):
+        calls.append(1)
+        return turns[min(len(calls), len(turns)) - 1]
+
+    return policy
+
+
+def test_max_obs_tokens(bm25):
+    # a cut observation loses its closing </information>: count calls, not observations
+    eng, _ = engine(counted(TWO_SEARCHES), bm25, max_obs_tokens=7)
+    [traj] = eng.run([example()])
+    envs = [s for s in traj.segments if s.kind == "env"]
+    assert len(envs) == 2 and all(len(s.token_ids) == 7 and s.truncated for s in envs)
+    assert envs[0].text == TOK.decode(envs[0].token_ids, skip_special_tokens=False)
+    assert traj.finish_reason == "answer" and not traj.truncated
+
+
+def test_eos_without_answer(bm25):
+    eng, _ = engine(lambda p, i: "<think> I give up </think>", bm25)
+    [traj] = eng.run([example()])
+    assert traj.finish_reason == "eos" and not traj.truncated and traj.final_answer is None
+    assert traj.segments[-1].token_ids[-1] == EOS and traj.segments[-1].finish_reason == "eos"
+    assert traj.segments[-1].text.endswith("</s>")
+    assert len(traj.segments) == 1 and traj.actions[0].kind == "invalid"
+
+
+def test_batching_one_call_per_turn_and_groups(bm25):
+    # example i searches i times before answering
+    examples = [
+        example(i, q) for i, q in enumerate(["Who was Alan Turing?", "What is Paris?", "Who is Ada?"])
+    ]
+    searches = {0: 0, 1: 1, 2: 2}
+    by_prompt = {tuple(PROTOCOL.prompt_ids(ex, TOK)): i for i, ex in enumerate(examples)}
+
+    def policy(prompt_ids, index):
+        ex = next(i for key, i in by_prompt.items() if tuple(prompt_ids[: len(key)]) == key)
+        return (
+            "<search> Paris capital </search>"
+            if turn_of(prompt_ids) < searches[ex]
+            else "<answer> x </answer>"
+        )
+
+    retr = CountingRetriever(bm25)
+    eng, backend = engine(policy, retr)
+    trajs = eng.run(examples, n=2, seed=5)
+    assert [t.example_id for t in trajs] == ["q0", "q0", "q1", "q1", "q2", "q2"]
+    assert [(t.metadata["group"], t.metadata["sample"]) for t in trajs] == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+    ]
+    assert [t.num_searches for t in trajs] == [0, 0, 1, 1, 2, 2]
+    # turn 0: all 6 active; turn 1: 4; turn 2: 2 -> three generate calls, two search calls
+    assert [n for n, _ in backend.calls] == [6, 4, 2]
+    assert [len(q) for q in retr.calls] == [4, 2]
+    assert [p.seed for _, p in backend.calls] == [turn_seed(5, t) for t in range(3)]
+    assert all(t.finish_reason == "answer" for t in trajs)
+
+
+def test_config_n_and_seed_defaults(bm25):
+    eng, backend = engine(script(TWO_SEARCHES), bm25, n=3, seed=None)
+    trajs = eng.run([example()])
+    assert len(trajs) == 3 and backend.calls[0][1].seed is None
+    assert turn_seed(1, 0) != turn_seed(0, 1) and turn_seed(3, 2) == turn_seed(3, 2)
+
+
+def test_jsonl_round_trip(tmp_path, bm25):
+    eng, _ = engine(script(TWO_SEARCHES), bm25, max_obs_tokens=9)
+    trajs = eng.run([example(0), example(1)], n=2)  # cut observations: the policy never answers
+    path = tmp_path / "t.jsonl"
+    assert write_trajectories(path, trajs) == 4
+    back = read_trajectories(path)
+    assert [t.to_dict() for t in back] == [t.to_dict() for t in trajs]
+    assert back[0].loss_mask == trajs[0].loss_mask and back[0].segments[1].truncated
+
+
+def test_jsonl_bad_lines(tmp_path):
+    good = Trajectory("q", [1, 2]).to_dict()
+    p = tmp_path / "bad.jsonl"
+    p.write_text(json.dumps(good) + "\n" + "{not json\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:2"):
+        read_trajectories(p)
+    p.write_text(json.dumps(good) + "\n\n" + json.dumps({"example_id": "x", "bogus": 1}) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:3: not a trajectory"):
+        read_trajectories(p)
+    p.write_text("[1, 2]\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:1: expected a JSON object"):
+        read_trajectories(p)
+    bad_seg = dict(good, segments=[{"kind": "weird", "token_ids": [], "text": ""}])
+    p.write_text(json.dumps(bad_seg) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:1"):
+        read_trajectories(p)
+
+
+class TitleDemonstrator:
+    """Searches the question, then answers with the title of the first passage it was shown."""
+
+    def __init__(self):
+        self.histories = []
+
+    def next_turn(self, example, history):
+        self.histories.append((example.id, list(history)))
+        if not history:
+            return f"<search> {example.question} </search>"
+        obs = history[-1][1]
+        title = obs.split("(Title: ", 1)[1].split(")", 1)[0] if "(Title: " in obs else "unknown"
+        return f"<think> read it </think> <answer> {title} </answer> trailing text after the stop"
+
+
+def test_demonstrator_backend_drives_the_engine(bm25):
+    examples = [example(0, "Where was Alan Turing born?"), example(1, "What is the capital of France?")]
+    demo = TitleDemonstrator()
+    backend = DemonstratorBackend.for_examples(TOK, demo, examples, PROTOCOL)
+    eng = RolloutEngine(backend, bm25, PROTOCOL, RolloutConfig())
+    trajs = eng.run(examples, n=2)
+    assert [t.final_answer for t in trajs] == ["Alan Turing", "Alan Turing", "Paris", "Paris"]
+    assert backend.calls == 2
+    # the history the demonstrator saw: its own (stop-cut) text and the exact observation text
+    second = [h for ex_id, h in demo.histories if h]
+    assert len(second) == 4
+    t0 = trajs[0]
+    assert second[0] == [(t0.segments[0].text, t0.segments[1].text)]
+    assert t0.segments[-1].text.endswith("</answer>")  # cut at the stop string
+
+
+def test_demonstrator_backend_unknown_prompt():
+    from ragrl.errors import RagrlError
+    from ragrl.llm.backend import SamplingParams
+
+    backend = DemonstratorBackend.for_examples(TOK, TitleDemonstrator(), [example()], PROTOCOL)
+    with pytest.raises(RagrlError, match="matches no known example"):
+        backend.generate([[1, 2, 3]], SamplingParams())
+
+
+def test_scripted_generation_rules():
+    from ragrl.llm.backend import SamplingParams
+    from ragrl.rollout.scripted import scripted_generation
+
+    p = SamplingParams(max_new_tokens=50, stop=("</search>", "</answer>"))
+    g, kept = scripted_generation(TOK, "a <answer> b </answer> <search> c </search> z", p)
+    assert kept == "a <answer> b </answer>" and g.finish_reason == "stop" and g.stop == "</answer>"
+    g, kept = scripted_generation(TOK, "no stop here", p)
+    assert g.finish_reason == "eos" and g.token_ids[-1] == EOS and g.stop == EOS
+    g, _ = scripted_generation(TOK, "early</s> more <search> q </search>", p)
+    assert g.finish_reason == "eos" and g.token_ids[-1] == EOS  # whichever comes first ends it
+    g, _ = scripted_generation(TOK, "early</s> more", p)
+    assert g.finish_reason == "eos" and TOK.decode(g.token_ids) == "early</s>"
+    g, _ = scripted_generation(TOK, "x " * 100 + "<search> q </search>", SamplingParams(max_new_tokens=5))
+    assert g.finish_reason == "length" and len(g.token_ids) == 5 and g.stop is None
+    assert g.logprobs == [0.0] * 5
