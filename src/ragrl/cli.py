@@ -14,6 +14,8 @@ import typer
 from ragrl.console import console
 from ragrl.data.cli import app as data_app
 from ragrl.errors import RagrlError
+from ragrl.eval.cli import eval_command, reward_command
+from ragrl.llm.cli import app as model_app
 from ragrl.metrics.cli import score
 from ragrl.retrieval.cli import index, search, serve
 
@@ -40,10 +42,13 @@ def _root(
 
 
 app.add_typer(data_app, name="data")
+app.add_typer(model_app, name="model")
 app.command("score")(score)
 app.command("index")(index)
 app.command("search")(search)
 app.command("serve")(serve)
+app.command("eval")(eval_command)
+app.command("reward")(reward_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,1 @@
+"""Evaluation: run a policy over questions with a retriever and score it."""

@@ -1,0 +1,230 @@
+"""``ragrl eval`` (run a policy over a question file with a retriever and score it) and ``ragrl reward``
+(re-score saved completions or trajectories with a method's reward)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ragrl.console import console
+from ragrl.errors import DataError, RagrlError
+
+
+def _load_examples(path: Path, n: int | None):
+    from ragrl.data.io import read_examples
+
+    examples, _ = read_examples(path)
+    if n is not None:
+        if n < 1:
+            raise RagrlError(f"--n must be >= 1, got {n}")
+        examples = examples[:n]
+    if not examples:
+        raise RagrlError(f"{path}: no questions")
+    return examples
+
+
+def _demonstrator(name: str, data: Path, world: Path | None):
+    from ragrl.data.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+
+    if name == "oracle":
+        return OracleDemonstrator()
+    if name == "heuristic":
+        world = world or data.parent / "world.json"
+        if not world.is_file():
+            raise RagrlError(
+                f"the heuristic demonstrator needs the world's gazetteer: {world} not found (--world)"
+            )
+        return HeuristicDemonstrator.from_world_json(world)
+    raise RagrlError(f"unknown demonstrator {name!r} (expected oracle or heuristic)")
+
+
+def _provenance(model: Path, index: Path, data: Path) -> dict[str, Any]:
+    from ragrl import __version__
+    from ragrl.retrieval.base import read_manifest
+
+    manifest = read_manifest(index)
+    return {
+        "ragrl_version": __version__,
+        "model": str(model),
+        "data": str(data),
+        "index": str(index),
+        "index_fingerprint": manifest.get("fingerprint"),
+        "corpus_hash": manifest.get("corpus_hash"),
+    }
+
+
+def eval_command(
+    model: Annotated[
+        Path,
+        typer.Option(
+            help="Policy checkpoint directory (from_pretrained); with "
+            "--demonstrator only its tokenizer is used."
+        ),
+    ],
+    data: Annotated[Path, typer.Option(help="Canonical question file (jsonl).")],
+    index: Annotated[Path, typer.Option(help="Retrieval index directory (ragrl index).")],
+    method: Annotated[str, typer.Option(help="Method name or YAML config path.")] = "search_r1",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Config override key.path=value (repeatable), e.g. rollout.max_turns=6."),
+    ] = None,
+    n: Annotated[int | None, typer.Option(help="Evaluate only the first N questions.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default runs/eval-<method>-<time>).")
+    ] = None,
+    demonstrator: Annotated[
+        str | None,
+        typer.Option(
+            help="Run a scripted demonstrator of the synthetic "
+            "world instead of the model: oracle or heuristic."
+        ),
+    ] = None,
+    world: Annotated[
+        Path | None, typer.Option(help="world.json for the heuristic demonstrator (default: next to --data).")
+    ] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 = greedy.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed for sampling and bootstrap.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 32,
+    backend: Annotated[str, typer.Option(help="Generation backend: transformers or vllm.")] = "transformers",
+    variant: Annotated[str, typer.Option(help="Answer normalization variant for the metrics.")] = "squad",
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for 95% confidence intervals.")] = 0,
+) -> None:
+    """Run a policy over a question file with a retriever (greedy by default) and score it."""
+    from omegaconf import OmegaConf
+
+    from ragrl.eval.runner import evaluate
+    from ragrl.methods import load_method, load_method_config
+    from ragrl.metrics.normalize import get_variant
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.rollout.engine import write_trajectories
+
+    get_variant(variant)
+    method_obj = load_method(method, set_ or [])
+    examples = _load_examples(data, n)
+    retriever = load_retriever(index)
+    if not model.is_dir():
+        raise RagrlError(f"{model}: not a model directory")
+    if demonstrator is not None:
+        from transformers import AutoTokenizer
+
+        from ragrl.rollout.scripted import DemonstratorBackend
+
+        tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+        policy: Any = DemonstratorBackend.for_examples(
+            tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol
+        )
+    elif backend == "vllm":
+        from ragrl.llm.vllm_backend import VLLMBackend
+
+        policy = VLLMBackend(str(model))
+    elif backend == "transformers":
+        from ragrl.llm.hf_backend import TransformersBackend
+
+        policy = TransformersBackend(str(model), device=device, batch_size=batch_size)
+    else:
+        raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
+
+    with console.status(f"rolling out {len(examples)} questions"):
+        report = evaluate(
+            policy,
+            retriever,
+            method_obj,
+            examples,
+            temperature=temperature,
+            seed=seed,
+            variant=variant,
+            bootstrap=bootstrap,
+        )
+    report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
+    report.scores.update({"provenance": _provenance(model, index, data)})
+
+    out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    from ragrl.data.io import write_jsonl
+
+    write_jsonl(
+        out / "predictions.jsonl", ({"id": r["id"], "prediction": r["prediction"] or ""} for r in report.rows)
+    )
+    write_jsonl(out / "per_example.jsonl", report.rows)
+    write_trajectories(out / "trajectories.jsonl", report.trajectories)
+    OmegaConf.save(load_method_config(method, set_ or []), out / "config.yaml")
+    (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
+    console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
+    typer.echo(json.dumps(report.scores, indent=2))
+
+
+def reward_command(
+    method: Annotated[str, typer.Argument(help="Method name or YAML config path.")],
+    completions: Annotated[
+        Path,
+        typer.Option(
+            help="jsonl of {id, completion} (the generated text after "
+            "the prompt, observations included) or saved trajectories."
+        ),
+    ],
+    gold: Annotated[Path, typer.Option(help="Canonical question file.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Config override key.path=value (repeatable), e.g. reward.1.weight=0.2."),
+    ] = None,
+) -> None:
+    """Re-score saved completions or trajectories with a method's reward: one JSON object per example
+    (id, every component, total), then the means."""
+    from ragrl.data.io import iter_jsonl, read_examples
+    from ragrl.methods import load_method
+    from ragrl.rewards import RewardContext
+    from ragrl.rollout.replay import trajectory_from_completion
+    from ragrl.rollout.trajectory import Trajectory
+
+    method_obj = load_method(method, set_ or [])
+    examples, _ = read_examples(gold)
+    by_id = {ex.id: ex for ex in examples}
+    totals: list[float] = []
+    components: dict[str, list[float]] = {k: [] for k in method_obj.reward.keys}
+    unknown: list[str] = []
+    for line, record in iter_jsonl(completions):
+        if not isinstance(record, dict):
+            raise DataError("expected a JSON object", path=completions, line=line)
+        if "segments" in record:
+            try:
+                traj = Trajectory.from_dict(record)
+            except (TypeError, ValueError) as e:
+                raise DataError(f"not a trajectory: {e}", path=completions, line=line) from None
+            ex_id = traj.example_id
+        else:
+            for key in ("id", "completion"):
+                if key not in record:
+                    raise DataError("missing", path=completions, line=line, field=key)
+            if not isinstance(record["completion"], str):
+                raise DataError("must be a string", path=completions, line=line, field="completion")
+            ex_id = str(record["id"])
+            traj = trajectory_from_completion(ex_id, record["completion"], method_obj.protocol)
+        example = by_id.get(ex_id)
+        if example is None:
+            unknown.append(ex_id)
+            continue
+        result = method_obj.reward(traj, example, RewardContext())
+        totals.append(result.total)
+        for k, v in result.components.items():
+            components[k].append(v)
+        typer.echo(json.dumps({"id": ex_id, **result.components, "total": result.total}))
+    if unknown:
+        console.print(f"warning: {len(unknown)} ids are not in {gold}, first: {', '.join(unknown[:5])}")
+    if not totals:
+        raise RagrlError(f"{completions}: nothing to score")
+    means = {k: math.fsum(v) / len(v) for k, v in components.items()}
+    typer.echo(
+        json.dumps(
+            {
+                "mean": {**means, "total": math.fsum(totals) / len(totals)},
+                "n": len(totals),
+                "unknown_ids": len(unknown),
+            }
+        )
+    )

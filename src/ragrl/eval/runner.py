@@ -1,0 +1,140 @@
+"""Run a policy over a question file with a retriever and score it (the engine behind ``ragrl eval``).
+
+The policy is any ``GenerationBackend`` (a checkpoint through transformers or vLLM, or a scripted
+demonstrator); the method supplies the protocol, rollout settings and reward. Decoding is greedy by
+default. Scores come from the metrics library (EM, F1, cover-EM, substring accuracy, retrieval recall
+of the supporting passages over everything the agent retrieved) plus rollout statistics (searches per
+question, answer rate, invalid actions, truncation, policy tokens) and the mean of every reward
+component.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragrl.data.schema import Example
+from ragrl.llm.backend import GenerationBackend
+from ragrl.methods import Method
+from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
+from ragrl.retrieval.base import Retriever
+from ragrl.rewards import RewardContext
+from ragrl.rollout.engine import RolloutEngine
+from ragrl.rollout.trajectory import Trajectory
+
+
+@dataclass
+class EvalReport:
+    scores: dict[str, Any]
+    """Aggregate scores (one JSON object)."""
+    rows: list[dict[str, Any]]
+    """One row per trajectory: id, prediction, every metric, rollout stats and reward components."""
+    trajectories: list[Trajectory]
+
+
+def _dedupe(ids: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def rollout_stats(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
+    """Per-trajectory rollout statistics."""
+    return [
+        {
+            "searches": t.num_searches,
+            "answered": float(t.final_answer is not None),
+            "invalid_actions": t.num_invalid,
+            "truncated": float(t.truncated),
+            "policy_tokens": t.num_policy_tokens,
+            "finish_reason": t.finish_reason,
+        }
+        for t in trajectories
+    ]
+
+
+def score_trajectories(
+    trajectories: Sequence[Trajectory],
+    examples: Sequence[Example],
+    method: Method,
+    *,
+    variant: str = "squad",
+    ks: Sequence[int] = (2, 5, 10),
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Scores of trajectories aligned with ``examples`` (one trajectory per example)."""
+    by_id = {ex.id: ex for ex in examples}
+    predictions = [
+        Prediction(t.example_id, t.final_answer or "", retrieved_ids=_dedupe(t.retrieved_ids))
+        for t in trajectories
+    ]
+    result = score_predictions(
+        list(examples),
+        predictions,
+        variant=variant,
+        selection=parse_metrics("answer,retrieval", ks),
+        bootstrap=bootstrap,
+        seed=seed,
+    )
+    rewards = [method.reward(t, by_id[t.example_id], RewardContext()) for t in trajectories]
+    stats = rollout_stats(trajectories)
+    rows = []
+    for t, metrics, st, r in zip(trajectories, result.per_example, stats, rewards, strict=True):
+        rows.append(
+            {
+                **metrics,
+                "prediction": t.final_answer,
+                **st,
+                "queries": t.queries,
+                "reward": r.total,
+                **{f"reward/{k}": v for k, v in r.components.items()},
+            }
+        )
+    summary = {k: v for k, v in result.summary.items() if k not in ("n_predictions", "unknown_ids")}
+    summary["searches_per_question"] = _mean([s["searches"] for s in stats])
+    summary["answer_rate"] = _mean([s["answered"] for s in stats])
+    summary["invalid_actions_per_question"] = _mean([s["invalid_actions"] for s in stats])
+    summary["truncation_rate"] = _mean([s["truncated"] for s in stats])
+    summary["policy_tokens_mean"] = _mean([s["policy_tokens"] for s in stats])
+    summary["reward"] = _mean([r.total for r in rewards])
+    for key in method.reward.keys:
+        summary[f"reward/{key}"] = _mean([r.components[key] for r in rewards])
+    reasons: dict[str, int] = {}
+    for s in stats:
+        reasons[s["finish_reason"]] = reasons.get(s["finish_reason"], 0) + 1
+    summary["finish_reasons"] = dict(sorted(reasons.items()))
+    return summary, rows
+
+
+def evaluate(
+    backend: GenerationBackend,
+    retriever: Retriever,
+    method: Method,
+    examples: Sequence[Example],
+    *,
+    temperature: float = 0.0,
+    seed: int = 0,
+    variant: str = "squad",
+    bootstrap: int = 0,
+) -> EvalReport:
+    """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it."""
+    config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
+    engine = RolloutEngine(backend, retriever, method.protocol, config)
+    t0 = time.perf_counter()
+    trajectories = engine.run(list(examples), n=1, seed=seed)
+    elapsed = time.perf_counter() - t0
+    scores, rows = score_trajectories(
+        trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed
+    )
+    scores["method"] = method.name
+    scores["temperature"] = temperature
+    scores["seed"] = seed
+    scores["rollout_seconds"] = round(elapsed, 3)
+    return EvalReport(scores, rows, trajectories)

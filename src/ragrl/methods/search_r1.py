@@ -1,0 +1,182 @@
+"""Search-R1: the plain search agent every paper compares against.
+
+Grammar: the policy reasons in ``<think>…</think>``, asks the search engine with ``<search>query</search>``
+(the environment answers ``<information>Doc 1 (Title: T) text …</information>``) and ends with
+``<answer>…</answer>``. A policy turn stops at ``</search>`` or ``</answer>`` (or EOS).
+
+Parse rule (one generated segment, never the prompt): among the complete ``<search>…</search>`` and
+``<answer>…</answer>`` spans of the segment, the one whose closing tag comes LAST decides the action.
+A closing tag pairs with the nearest opening tag of the same name before it, so
+``<search>a <search>b</search>`` searches ``b``; an unclosed tag counts for nothing. Content is stripped
+and internal whitespace collapsed. A segment with neither span is ``invalid``; so is an empty query or an
+empty answer. ``<think>`` is optional and never checked (the format reward, later, may check it).
+
+The prompt is our own wording (``configs/search_r1.yaml``); only the tags and the turn structure follow
+the paper. The example answer the prompt shows (``<answer> Paris </answer>``) cannot be mistaken for the
+policy's answer because only generated segments are parsed (Search-R1's "two ``<answer>`` matches" quirk
+does not arise).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrl.data.schema import Example
+from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.retrieval.base import Hit
+from ragrl.rewards import build_reward
+from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.protocol import Protocol, find_spans, last_span_of, squash_ws
+from ragrl.rollout.trajectory import Action, Trajectory
+
+DEFAULT_USER = (
+    "Answer the question below. Reason step by step inside <think> and </think>. Whenever you are missing "
+    "a fact, write a search query between <search> and </search>; the passages found are shown to you "
+    "between <information> and </information>. Search as many times as you need. When you are sure, give "
+    "only the final answer between <answer> and </answer>, for example <answer> Paris </answer>.\n"
+    "Question: {question}"
+)
+
+
+@dataclass
+class SearchR1ProtocolConfig:
+    system: str | None = None
+    user: str = DEFAULT_USER
+    information_prefix: str = "\n<information>"
+    information_suffix: str = "</information>\n"
+    doc_template: str = "Doc {index} (Title: {title}) {text}"
+    doc_separator: str = "\n"
+    no_results: str = "No passages found."
+    corrective: str = (
+        "\nThat was not a valid action ({error}). Write a query as <search> query </search> "
+        "or the final answer as <answer> answer </answer>.\n"
+    )
+
+
+def _default_reward() -> list[dict[str, Any]]:
+    return [{"name": "em", "weight": 1.0, "variant": "squad"}, {"name": "search_r1_format", "weight": 0.0}]
+
+
+@dataclass
+class SearchR1Config:
+    method: str = "search_r1"
+    protocol: SearchR1ProtocolConfig = field(default_factory=SearchR1ProtocolConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: list[dict[str, Any]] = field(default_factory=_default_reward)
+    """Weighted reward components (``ragrl.rewards.build_reward``): exact match of the final answer,
+    plus an optional format term (weight 0 by default, as in Search-R1's EM recipe)."""
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = "search_r1", overrides: Any = None) -> SearchR1Config:
+        return to_dataclass(cls, load_method_config(name_or_path, overrides))
+
+
+class SearchR1Protocol(Protocol):
+    name = "search_r1"
+    stop = ("</search>", "</answer>")
+    action_tags = ("search", "answer")
+
+    def __init__(self, config: SearchR1ProtocolConfig | None = None) -> None:
+        self.config = config or SearchR1ProtocolConfig()
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        c = self.config
+        out = []
+        if c.system:
+            out.append({"role": "system", "content": c.system.format(question=example.question.strip())})
+        out.append({"role": "user", "content": c.user.format(question=example.question.strip())})
+        return out
+
+    def parse(self, text: str, turn: int) -> Action:
+        if not isinstance(text, str):
+            return Action("invalid", turn=turn, error="no text")
+        span = last_span_of(text, self.action_tags)
+        if span is None:
+            return Action("invalid", turn=turn, error="no <search> or <answer> block")
+        content = squash_ws(span.content)
+        if not content:
+            what = "query" if span.tag == "search" else "answer"
+            return Action("invalid", turn=turn, error=f"empty {what}")
+        return Action(span.tag, content=content, turn=turn)
+
+    def render_doc(self, index: int, hit: Hit) -> str:
+        p = hit.passage
+        return self.config.doc_template.format(
+            index=index, title=p.title, text=p.text, id=p.id, score=hit.score
+        )
+
+    def observation(self, action: Action, hits: list[Hit]) -> str:
+        c = self.config
+        body = (
+            c.doc_separator.join(self.render_doc(i, h) for i, h in enumerate(hits, 1))
+            if hits
+            else c.no_results
+        )
+        return f"{c.information_prefix}{body}{c.information_suffix}"
+
+    def corrective(self, action: Action) -> str:
+        return self.config.corrective.format(error=action.error or "unreadable action")
+
+    def env_spans(self, text: str) -> list[tuple[int, int]]:
+        """Observations (``<information>`` blocks) and corrective messages, as the config renders them."""
+        head, _, tail = self.config.corrective.partition("{error}")
+        corrective = re.compile(re.escape(head) + r".*?" + re.escape(tail), re.DOTALL) if tail else None
+        spans = [(s.start, s.end) for s in find_spans(text, "information")]
+        if corrective is not None:
+            spans += [m.span() for m in corrective.finditer(text)]
+        return sorted(spans)
+
+
+def thoughts(text: str) -> list[str]:
+    """The ``<think>`` blocks of a text (for reports and format rewards)."""
+    return [squash_ws(s.content) for s in find_spans(text, "think")]
+
+
+_TURN_TAGS = ("think", "search", "answer")
+
+
+def well_formed_turn(text: str, final: bool) -> bool:
+    """One policy turn in the canonical shape: optional ``<think>…</think>`` blocks, then exactly one
+    ``<search>…</search>`` (a non-final turn) or ``<answer>…</answer>`` (the final turn), with nothing
+    but whitespace outside the tags."""
+    action_tag = "answer" if final else "search"
+    spans = sorted((s for tag in _TURN_TAGS for s in find_spans(text, tag)), key=lambda s: s.start)
+    if not spans or spans[-1].tag != action_tag or any(s.tag != "think" for s in spans[:-1]):
+        return False
+    position = 0
+    for span in spans:
+        if span.start < position or text[position : span.start].strip():
+            return False  # overlapping spans or stray text between them
+        position = span.end
+    return not text[position:].strip() and bool(squash_ws(spans[-1].content))
+
+
+@register_reward("search_r1_format")
+def format_reward(trajectory: Trajectory, example: Example, ctx: RewardContext) -> float:
+    """1.0 if the episode ended with an answer and every policy turn is well formed (see
+    ``well_formed_turn``), else 0.0. Search-R1 gates its format bonus on the answer's correctness; here
+    it is a separate, weighted component (weight 0 by default), so each part is logged on its own."""
+    if trajectory.final_answer is None:
+        return 0.0
+    turns = [s.text for s in trajectory.segments if s.kind == "policy"]
+    return float(
+        bool(turns)
+        and all(well_formed_turn(t, final=False) for t in turns[:-1])
+        and well_formed_turn(turns[-1], final=True)
+    )
+
+
+def build_method(cfg: Any) -> Method:
+    """The Search-R1 method from a loaded config (see ``ragrl.methods.load_method``)."""
+    config = to_dataclass(SearchR1Config, cfg)
+    return Method(
+        name=config.method,
+        config=config,
+        protocol=SearchR1Protocol(config.protocol),
+        rollout=config.rollout,
+        reward=build_reward(config.reward),
+    )
