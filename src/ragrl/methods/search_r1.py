@@ -122,12 +122,16 @@ class SearchR1Protocol(Protocol):
         return self.config.corrective.format(error=action.error or "unreadable action")
 
     def env_spans(self, text: str) -> list[tuple[int, int]]:
-        """Observations (``<information>`` blocks) and corrective messages, as the config renders them."""
-        head, _, tail = self.config.corrective.partition("{error}")
-        corrective = re.compile(re.escape(head) + r".*?" + re.escape(tail), re.DOTALL) if tail else None
-        spans = [(s.start, s.end) for s in find_spans(text, "information")]
-        if corrective is not None:
-            spans += [m.span() for m in corrective.finditer(text)]
+        """Observations and corrective messages exactly as the config renders them (prefix and suffix
+        included), so a saved completion splits back into the same policy and environment parts."""
+        c = self.config
+        patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix)]
+        head, _, tail = c.corrective.partition("{error}")
+        if tail:
+            patterns.append(re.escape(head) + r".*?" + re.escape(tail))
+        spans = []
+        for pattern in patterns:
+            spans += [m.span() for m in re.finditer(pattern, text, re.DOTALL)]
         return sorted(spans)
 
 

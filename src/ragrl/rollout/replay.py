@@ -2,7 +2,9 @@
 
 A completion is the generated text after the prompt, observations included. The protocol says where
 the environment's text is (``Protocol.env_spans``); everything else is policy text, split into turns
-at those spans and parsed turn by turn exactly as during the rollout. Token ids are not available from
+at those spans and, as a backend would have stopped, right after the first stop string of a turn;
+each turn is parsed as during the rollout, and an episode ends at its final action. Token ids are
+not available from
 text, so segments carry none; search actions carry no retrieved ids. Rewards that read only text,
 actions and the final answer score such a trajectory exactly as the live one.
 """
@@ -27,22 +29,37 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
 
     turn = 0
     for kind, text in pieces:
-        if not text:
-            continue
+        if traj.final_answer is not None:
+            break
         if kind == "env":
             traj.segments.append(Segment("env", [], text))
             continue
-        if not text.strip() and traj.segments and traj.segments[-1].kind == "env":
-            traj.segments.append(Segment("policy", [], text, []))  # whitespace between observations
-            continue
-        traj.segments.append(Segment("policy", [], text, []))
-        action = protocol.safe_parse(text, turn)
-        traj.actions.append(action)
-        turn += 1
-        if protocol.is_final(action):
-            traj.final_answer = action.content
-            traj.finish_reason = "answer"
-            break
+        for turn_text in _split_at_stops(text, protocol.stop):
+            traj.segments.append(Segment("policy", [], turn_text, []))
+            if not turn_text.strip():
+                continue  # whitespace between observations is not a turn
+            action = protocol.safe_parse(turn_text, turn)
+            traj.actions.append(action)
+            turn += 1
+            if protocol.is_final(action):
+                traj.final_answer = action.content
+                traj.finish_reason = "answer"
+                break
     if traj.final_answer is None:
         traj.finish_reason = "no_answer"
     return traj
+
+
+def _split_at_stops(text: str, stops: tuple[str, ...]) -> list[str]:
+    """``text`` cut right after each first-occurring stop string (a backend's turn boundaries)."""
+    turns: list[str] = []
+    while text:
+        ends = [i + len(s) for s in stops if s and (i := text.find(s)) >= 0]
+        if not ends:
+            break
+        cut = min(ends)
+        turns.append(text[:cut])
+        text = text[cut:]
+    if text or not turns:
+        turns.append(text)
+    return turns

@@ -1,0 +1,140 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+from ragrl.data.io import read_examples
+from ragrl.rollout.engine import read_trajectories
+
+runner = CliRunner()
+
+
+def _eval(world_dir, out, *extra):
+    args = [
+        "eval",
+        "--model",
+        str(world_dir / "model"),
+        "--data",
+        str(world_dir / "test.jsonl"),
+        "--index",
+        str(world_dir / "bm25"),
+        "--out",
+        str(out),
+        *extra,
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "scores.json").read_text())
+
+
+def test_oracle_demonstrator_scores_as_expected(world_dir, tmp_path):
+    scores = _eval(world_dir, tmp_path / "oracle", "--demonstrator", "oracle", "--n", "40")
+    examples, _ = read_examples(world_dir / "test.jsonl")
+    examples = examples[:40]
+    decomposition_steps = sum(len(ex.decomposition) for ex in examples) / len(examples)
+    # the oracle answers every question right (``unknown`` for unanswerable ones), one search per
+    # gold sub-question, and its searches find every passage that is still in the corpus
+    assert scores["em"] == 1.0 and scores["answer_rate"] == 1.0
+    assert scores["searches_per_question"] == pytest.approx(decomposition_steps)
+    answerable = sum(ex.metadata["answerable"] for ex in examples) / len(examples)
+    assert scores["full_recall@10"] == pytest.approx(answerable)
+    assert scores["reward/em"] == 1.0 and scores["reward/search_r1_format"] == 1.0
+    assert scores["n_scored"] == 40 and scores["finish_reasons"] == {"answer": 40}
+    preds = [
+        json.loads(line) for line in (tmp_path / "oracle" / "predictions.jsonl").read_text().splitlines()
+    ]
+    assert [p["id"] for p in preds] == [ex.id for ex in examples]
+    trajs = read_trajectories(tmp_path / "oracle" / "trajectories.jsonl")
+    assert all(t.final_answer is not None and t.num_searches >= 1 for t in trajs)
+    assert "rollout" in (tmp_path / "oracle" / "config.yaml").read_text()
+
+
+def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp_path):
+    heuristic = _eval(world_dir, tmp_path / "heuristic", "--demonstrator", "heuristic", "--n", "40")
+    assert 0.05 <= heuristic["em"] <= 0.6
+    assert heuristic["searches_per_question"] == 1.0
+    untrained = _eval(
+        world_dir,
+        tmp_path / "untrained",
+        "--n",
+        "4",
+        "--set",
+        "rollout.max_new_tokens=24",
+        "--set",
+        "rollout.max_turns=2",
+    )
+    assert untrained["n_scored"] == 4 and untrained["method"] == "search_r1"
+    assert untrained["policy_tokens_mean"] <= 48
+    assert untrained["provenance"]["index_fingerprint"]
+    trajs = read_trajectories(tmp_path / "untrained" / "trajectories.jsonl")
+    for t in trajs:  # a real model's trajectory: policy tokens with log-probs, mask aligned
+        assert len(t.loss_mask) == len(t.completion_ids) == len(t.completion_logprobs)
+        assert all(lp <= 0 for s in t.segments if s.kind == "policy" for lp in s.logprobs)
+
+
+def test_reward_rescoring_of_completions_and_trajectories(world_dir, tmp_path):
+    _eval(world_dir, tmp_path / "oracle", "--demonstrator", "oracle", "--n", "6")
+    trajs = read_trajectories(tmp_path / "oracle" / "trajectories.jsonl")
+    completions = tmp_path / "completions.jsonl"
+    lines = [json.dumps({"id": t.example_id, "completion": t.completion_text}) for t in trajs]
+    lines.append(json.dumps({"id": trajs[0].example_id, "completion": "<answer> surely wrong </answer>"}))
+    completions.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(
+        app,
+        [
+            "reward",
+            "search_r1",
+            "--completions",
+            str(completions),
+            "--gold",
+            str(world_dir / "test.jsonl"),
+            "--set",
+            "reward.1.weight=0.5",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    per_example, summary = rows[:-1], rows[-1]
+    assert [r["em"] for r in per_example] == [1.0] * 6 + [0.0]
+    assert [r["search_r1_format"] for r in per_example] == [1.0] * 7
+    assert per_example[0]["total"] == 1.5 and per_example[-1]["total"] == 0.5
+    assert summary["n"] == 7 and summary["mean"]["em"] == pytest.approx(6 / 7)
+    # saved trajectories score the same as their text
+    result = runner.invoke(
+        app,
+        [
+            "reward",
+            "search_r1",
+            "--completions",
+            str(tmp_path / "oracle" / "trajectories.jsonl"),
+            "--gold",
+            str(world_dir / "test.jsonl"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.splitlines()[-1])["mean"]["em"] == 1.0
+
+
+def test_bad_inputs_are_clear_errors(world_dir, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    result = runner.invoke(
+        app, ["reward", "search_r1", "--completions", str(bad), "--gold", str(world_dir / "test.jsonl")]
+    )
+    assert result.exit_code != 0 and "field 'completion': missing" in str(result.exception)
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(world_dir / "model"),
+            "--data",
+            str(world_dir / "test.jsonl"),
+            "--index",
+            str(world_dir / "bm25"),
+            "--method",
+            "nonexistent",
+        ],
+    )
+    assert result.exit_code != 0 and "unknown method 'nonexistent'" in str(result.exception)
