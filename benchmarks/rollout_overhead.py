@@ -21,7 +21,9 @@ An untrained policy rarely closes a tag, so most turns run to ``max_new_tokens``
 corrective observation: the episodes are multi-turn (mean turns printed), with few real searches.
 
 Warm-up once each, then ``--repeats`` interleaved pairs; best of N per side (the median is printed
-too). ``--profile`` adds a cProfile of one engine run. The last line printed is the ratio.
+too). Also printed: tokens/s of each rollout turn (it falls as the context grows) and, as a diagnostic
+outside the ratio, the time to prefill the contexts of turns 1+ again (what KV reuse across turns would
+save). ``--profile`` adds a cProfile of one engine run. The last line printed is the ratio.
 """
 
 from __future__ import annotations
@@ -56,18 +58,51 @@ class TimedBackend:
     def __init__(self, backend: TransformersBackend) -> None:
         self.backend = backend
         self.tokenizer = backend.tokenizer
-        self.seconds = 0.0
-        self.calls = 0
-        self.prompt_tokens = 0
+        self.calls: list[dict] = []
+
+    def reset(self) -> None:
+        self.calls = []
+
+    @property
+    def seconds(self) -> float:
+        return sum(c["seconds"] for c in self.calls)
 
     def generate(self, prompts, params):
-        self.calls += 1
-        self.prompt_tokens += sum(len(p) for p in prompts)
         t0 = time.perf_counter()
-        try:
-            return self.backend.generate(prompts, params)
-        finally:
-            self.seconds += time.perf_counter() - t0
+        gens = self.backend.generate(prompts, params)
+        lens = [len(p) for p in prompts]
+        self.calls.append(
+            {
+                "seconds": time.perf_counter() - t0,
+                "prompts": len(prompts),
+                "mean_context": sum(lens) / len(lens),
+                "max_context": max(lens),
+                "context_tokens": sum(lens),
+                "tokens": sum(len(g.token_ids) for g in gens),
+            }
+        )
+        return gens
+
+
+def timeit(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def turn_contexts(trajs, turn: int) -> list[list[int]]:
+    """The prompts the engine sent at ``turn``: prompt + every segment before that turn's policy one."""
+    out = []
+    for t in trajs:
+        ids, policy_seen = list(t.prompt_ids), 0
+        for seg in t.segments:
+            if seg.kind == "policy":
+                if policy_seen == turn:
+                    out.append(ids)
+                    break
+                policy_seen += 1
+            ids = ids + list(seg.token_ids)
+    return out
 
 
 def setup(workdir: Path) -> tuple[Path, Path]:
@@ -120,7 +155,7 @@ def main() -> None:
     )
 
     def run_rollout():
-        timed.seconds, timed.calls, timed.prompt_tokens = 0.0, 0, 0
+        timed.reset()
         t0 = time.perf_counter()
         trajs = engine.run(examples, n=args.n, seed=args.seed)
         return trajs, time.perf_counter() - t0
@@ -144,18 +179,20 @@ def main() -> None:
 
     plain_tokens, _ = run_plain()  # warm-up
 
-    t_roll, t_plain, t_gen = [], [], []
+    t_roll, t_plain, calls = [], [], []
     for _ in range(args.repeats):
         again, dt = run_rollout()
         assert sum(t.num_policy_tokens for t in again) == policy_tokens, "rollout work changed"
         t_roll.append(dt)
-        t_gen.append(timed.seconds)
+        calls.append(timed.calls)
         tok, dt = run_plain()
         assert tok == plain_tokens, "plain work changed"
         t_plain.append(dt)
-    calls, ctx_tokens = timed.calls, timed.prompt_tokens
 
     best = t_roll.index(min(t_roll))
+    best_calls = calls[best]
+    t_gen = sum(c["seconds"] for c in best_calls)
+    ctx_tokens = sum(c["context_tokens"] for c in best_calls)
     tps_roll, tps_plain = policy_tokens / min(t_roll), plain_tokens / min(t_plain)
     med_roll, med_plain = policy_tokens / statistics.median(t_roll), plain_tokens / statistics.median(t_plain)
     reasons = Counter(t.finish_reason for t in trajs)
@@ -169,7 +206,7 @@ def main() -> None:
     print(
         f"policy tokens: {policy_tokens:,} ({policy_tokens / n_traj:.0f}/trajectory); env tokens: "
         f"{env_tokens:,}; prompt {prompt_len:.0f} tokens; rollout re-sent {ctx_tokens:,} context tokens "
-        f"in {calls} generate calls"
+        f"in {len(best_calls)} generate calls"
     )
     print(
         f"plain generation: {plain_tokens:,} tokens ({per_seq} max new tokens x {len(prompts)} prompts, "
@@ -177,10 +214,31 @@ def main() -> None:
     )
     print(
         f"rollout: {tps_roll:8.1f} tokens/s (best of {args.repeats}; median {med_roll:.1f}); "
-        f"{t_gen[best] / t_roll[best]:.1%} of the run inside backend.generate"
+        f"{t_gen / t_roll[best]:.1%} of the run inside backend.generate"
     )
+    for turn, c in enumerate(best_calls):
+        print(
+            f"  turn {turn}: {c['prompts']:3d} prompts, context mean {c['mean_context']:4.0f} / max "
+            f"{c['max_context']:4d} tokens, {c['tokens']:6,} generated, "
+            f"{c['tokens'] / c['seconds']:7.1f} tokens/s"
+        )
     print(f"plain:   {tps_plain:8.1f} tokens/s (best of {args.repeats}; median {med_plain:.1f})")
     print(f"median ratio: {med_roll / med_plain:.2f}")
+
+    # Diagnostic (not part of the ratio): what re-prefilling the context costs. Turn t >= 1 sends
+    # prompt + all earlier segments again; time prefill + 1 token on exactly those contexts.
+    later = [turn_contexts(trajs, t) for t in range(1, config.max_turns)]
+    later = [c for c in later if c]
+    one = config.sampling(1, (), args.seed)
+    backend.generate(later[0], one)
+    t_prefill = min(
+        sum(timeit(lambda c=c: backend.generate(c, one)) for c in later) for _ in range(args.repeats)
+    )
+    print(
+        f"re-prefill of turns 1-{len(later)} ({sum(len(x) for c in later for x in c):,} context tokens, "
+        f"no KV reuse across turns): {t_prefill:.2f} s = {t_prefill / min(t_roll):.1%} of the best "
+        f"rollout run"
+    )
 
     if args.profile:
         prof = cProfile.Profile()
