@@ -10,20 +10,23 @@ BM25 index over its corpus and the untrained tiny policy, loaded with ``Transfor
   ``engine.run`` is timed (generation, stop-string matching, parsing, retrieval, observation
   tokenization, bookkeeping). Policy tokens = sum of ``Trajectory.num_policy_tokens``.
 * plain: the same backend, ONE ``generate`` call over the same prompts (the protocol's ``prompt_ids``,
-  each ``n`` times), the same sampling params (temperature, top-p/k, the protocol's stop strings, seed)
-  and the same backend batch size, with ``max_new_tokens`` = the rollout's mean policy tokens per
-  trajectory, so both sides generate about the same number of tokens. Throughput = tokens / seconds.
+  each ``n`` times), the same sampling params (temperature, top-p/k, seed; no stop strings, so each
+  sequence runs to the same number of tokens unless it emits EOS) and the same backend batch size,
+  with ``max_new_tokens`` = the rollout's mean policy tokens per trajectory, so both sides generate
+  about the same number of policy tokens. Throughput = tokens / seconds.
 
 What the ratio includes on purpose: each rollout turn re-sends the whole context (prompt + earlier
-turns + observations) to the backend, which prefills it again (no prefix cache), so later turns are
-more expensive than continuing one long generation. That is a real cost of multi-turn rollouts here.
+turns + observations); the backend's prefix cache reuses the KV cache of the previous turn and
+prefills only the new tokens (the last generated token and the observation), but every later token
+still attends over the observations, which a plain generation never has. That is a real cost of
+multi-turn rollouts.
 An untrained policy rarely closes a tag, so most turns run to ``max_new_tokens`` and get the
 corrective observation: the episodes are multi-turn (mean turns printed), with few real searches.
 
 Warm-up once each, then ``--repeats`` interleaved pairs; best of N per side (the median is printed
 too). Also printed: tokens/s of each rollout turn (it falls as the context grows) and, as a diagnostic
-outside the ratio, the time to prefill the contexts of turns 1+ again (what KV reuse across turns would
-save). ``--profile`` adds a cProfile of one engine run. The last line printed is the ratio.
+outside the ratio, how many context tokens the prefix cache saved from being prefilled again.
+``--profile`` adds a cProfile of one engine run. The last line printed is the ratio.
 """
 
 from __future__ import annotations
@@ -82,27 +85,6 @@ class TimedBackend:
             }
         )
         return gens
-
-
-def timeit(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def turn_contexts(trajs, turn: int) -> list[list[int]]:
-    """The prompts the engine sent at ``turn``: prompt + every segment before that turn's policy one."""
-    out = []
-    for t in trajs:
-        ids, policy_seen = list(t.prompt_ids), 0
-        for seg in t.segments:
-            if seg.kind == "policy":
-                if policy_seen == turn:
-                    out.append(ids)
-                    break
-                policy_seen += 1
-            ids = ids + list(seg.token_ids)
-    return out
 
 
 def setup(workdir: Path) -> tuple[Path, Path]:
@@ -170,7 +152,7 @@ def main() -> None:
     prompts = [
         list(method.protocol.prompt_ids(ex, backend.tokenizer)) for ex in examples for _ in range(args.n)
     ]
-    plain_params = config.sampling(per_seq, method.protocol.stop, args.seed)
+    plain_params = config.sampling(per_seq, (), args.seed)
 
     def run_plain():
         t0 = time.perf_counter()
@@ -225,19 +207,13 @@ def main() -> None:
     print(f"plain:   {tps_plain:8.1f} tokens/s (best of {args.repeats}; median {med_plain:.1f})")
     print(f"median ratio: {med_roll / med_plain:.2f}")
 
-    # Diagnostic (not part of the ratio): what re-prefilling the context costs. Turn t >= 1 sends
-    # prompt + all earlier segments again; time prefill + 1 token on exactly those contexts.
-    later = [turn_contexts(trajs, t) for t in range(1, config.max_turns)]
-    later = [c for c in later if c]
-    one = config.sampling(1, (), args.seed)
-    backend.generate(later[0], one)
-    t_prefill = min(
-        sum(timeit(lambda c=c: backend.generate(c, one)) for c in later) for _ in range(args.repeats)
-    )
+    # Diagnostic (not part of the ratio): context tokens the prefix cache did not prefill again.
+    hits_before, reused_before = backend.prefix_cache.hits, backend.prefix_cache.hit_tokens
+    run_rollout()
     print(
-        f"re-prefill of turns 1-{len(later)} ({sum(len(x) for c in later for x in c):,} context tokens, "
-        f"no KV reuse across turns): {t_prefill:.2f} s = {t_prefill / min(t_roll):.1%} of the best "
-        f"rollout run"
+        f"prefix cache: {backend.prefix_cache.hits - hits_before} continued sequences, "
+        f"{backend.prefix_cache.hit_tokens - reused_before:,} of {ctx_tokens:,} context tokens "
+        "not prefilled again"
     )
 
     if args.profile:

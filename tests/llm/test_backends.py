@@ -66,7 +66,7 @@ def model(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
 
 @pytest.fixture(scope="module")
 def backend(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast) -> TransformersBackend:
-    return TransformersBackend(model, tok, batch_size=8)
+    return TransformersBackend(model, tok, batch_size=8, prefix_cache_mb=0)  # exact-equality tests
 
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [20], [30, 31, 32]]

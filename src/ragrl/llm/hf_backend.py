@@ -15,11 +15,22 @@ Seeds: sequence ``i`` of a call (its index in ``prompts``) samples with its own 
 inverse CDF. A sequence's result therefore does not depend on the batch size, on the other prompts
 in the call or on the device the model runs on (beyond floating-point differences in the logits).
 ``seed=None`` draws the per-call seed from torch's global RNG (so ``torch.manual_seed`` fixes it).
+
+Prefix cache (multi-turn rollouts): when a sequence finishes, the KV cache of its tokens (prompt +
+generation, but the last token) is kept, up to ``prefix_cache_mb`` MB, least recently stored evicted
+first. A later prompt that extends a kept sequence (the next turn of a rollout: the same tokens plus
+the last generated token and an observation) reuses it and prefills only its new tokens, so a turn
+does not recompute the whole context. Rows with and without a hit share a batch: each row's cache is
+left-padded to the longest one and its new tokens are left-padded after it; the attention mask hides
+both gaps and position ids come from the mask, so logits are those of a full prefill (to float
+rounding). A hit is used once. Any in-place change of the model's parameters (an optimizer step,
+``load_state_dict``) empties the cache, as does ``clear_prefix_cache()``.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,9 +101,23 @@ class _StopMatcher:
         longest = max((len(s) for s in self.stops), default=0)
         # A character can take up to 4 byte-level tokens; a few more for tokens that decode to "".
         self.window = 4 * longest + 4
+        # Fast path: a stop string can only be completed by a token whose own text holds the stop
+        # string's last character (or that decodes to nothing readable on its own, e.g. part of a
+        # multi-byte character). Not used when a stop string ends in whitespace, which decoders move.
+        self.last_chars = {s[-1] for s in self.stops}
+        self.fast = not any(c.isspace() for c in self.last_chars)
+        self._pieces: dict[int, str] = {}
+
+    def _could_complete(self, token: int) -> bool:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+        return not piece or "\ufffd" in piece or any(c in piece for c in self.last_chars)
 
     def __call__(self, ids: Sequence[int]) -> str | None:
-        if not self.stops:
+        if not self.stops or not ids:
+            return None
+        if self.fast and not self._could_complete(int(ids[-1])):
             return None
         tail = list(ids[-self.window :])
         text = self.tokenizer.decode(tail, skip_special_tokens=False)
@@ -129,6 +154,7 @@ class TransformersBackend:
         dtype: str | torch.dtype = "auto",
         batch_size: int = 16,
         max_prompt_len: int | None = None,
+        prefix_cache_mb: float = 256.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -165,6 +191,7 @@ class TransformersBackend:
         self.max_prompt_len = max_prompt_len
         self.prune_finished = True
         """Drop finished rows from the KV cache (when the cache supports it); False keeps them."""
+        self.prefix_cache = _PrefixCache(prefix_cache_mb)
         self.eos_token_ids = self._eos_ids()
         pad = tokenizer.pad_token_id
         if pad is None:
@@ -200,6 +227,7 @@ class TransformersBackend:
             base_seed = int(torch.randint(0, 2**62, (1,)).item())
         else:
             base_seed = int(params.seed)
+        self.prefix_cache.check_weights(self.model)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
         was_training = self.model.training
@@ -213,6 +241,9 @@ class TransformersBackend:
         finally:
             self.model.train(was_training)
         return [g for g in results if g is not None]
+
+    def clear_prefix_cache(self) -> None:
+        self.prefix_cache.clear()
 
     @torch.no_grad()
     def _generate_batch(
@@ -230,9 +261,13 @@ class TransformersBackend:
         matcher = _StopMatcher(self.tokenizer, params.stop)
         stop_ids = frozenset(int(t) for t in params.stop_token_ids)
 
-        input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
-        position_ids = position_ids_from_mask(attention_mask)
-        cache = None
+        hits = [self.prefix_cache.take(p) for p in prompts]
+        if any(h is not None for h in hits):
+            input_ids, attention_mask, position_ids, cache = self._resume(prompts, hits)
+        else:
+            input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
+            position_ids = position_ids_from_mask(attention_mask)
+            cache = None
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
         finish: list[tuple[FinishReason, str | int | None] | None] = [None] * n
@@ -274,6 +309,9 @@ class TransformersBackend:
                         finish[seq] = ("length", None)
                 if finish[seq] is None:
                     keep.append(row)
+                elif self.prefix_cache.enabled:
+                    # the cache holds every token fed so far: the prompt and the generation but its last
+                    self.prefix_cache.put(prompts[seq] + out_ids[seq][:-1], cache, row, attention_mask[row])
             if not keep:
                 break
 
@@ -310,6 +348,38 @@ class TransformersBackend:
             )
         return gens
 
+    def _resume(
+        self, prompts: list[list[int]], hits: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
+        """First-step inputs when some rows continue a kept prefix: per row ``[pad][cached][pad][new]``."""
+        from transformers import DynamicCache
+
+        dev = self.device
+        cached = [h[0] if h is not None else 0 for h in hits]
+        suffixes = [p[c:] for p, c in zip(prompts, cached, strict=True)]
+        width_c, width_s = max(cached), max(len(x) for x in suffixes)
+        layers = next(h[1] for h in hits if h is not None)
+        layer_kv = []
+        for li, (k0, v0) in enumerate(layers):
+            heads, dim = k0.shape[0], k0.shape[-1]
+            k = k0.new_zeros((len(prompts), heads, width_c, dim))
+            v = v0.new_zeros((len(prompts), v0.shape[0], width_c, v0.shape[-1]))
+            for row, h in enumerate(hits):
+                if h is not None:
+                    c = h[0]
+                    k[row, :, width_c - c :] = h[1][li][0]
+                    v[row, :, width_c - c :] = h[1][li][1]
+            layer_kv.append((k, v))
+        cache = DynamicCache(ddp_cache_data=layer_kv)
+        mask = torch.zeros((len(prompts), width_c + width_s), dtype=torch.long, device=dev)
+        input_ids = torch.full((len(prompts), width_s), self.pad_token_id, dtype=torch.long, device=dev)
+        for row, (c, suffix) in enumerate(zip(cached, suffixes, strict=True)):
+            mask[row, width_c - c : width_c] = 1
+            mask[row, width_c + width_s - len(suffix) :] = 1
+            input_ids[row, width_s - len(suffix) :] = torch.tensor(suffix, dtype=torch.long, device=dev)
+        position_ids = position_ids_from_mask(mask)[:, width_c:]
+        return input_ids, mask, position_ids, cache
+
     @staticmethod
     def _pick(
         logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator], greedy: bool
@@ -330,6 +400,85 @@ class TransformersBackend:
         tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
         lps = (scaled.gather(-1, tokens[:, None]) - logz).squeeze(-1)
         return tokens.cpu(), lps.cpu()
+
+
+class _PrefixCache:
+    """Kept KV caches of finished sequences, keyed by their token ids (see the module docstring)."""
+
+    def __init__(self, budget_mb: float) -> None:
+        self.budget = int(budget_mb * 2**20)
+        self.entries: OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], int]] = (
+            OrderedDict()
+        )
+        self.lengths: dict[int, int] = {}  # key length -> number of entries with that length
+        self.nbytes = 0
+        self.weights_version: int | None = None
+        self.hits = 0
+        self.hit_tokens = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.lengths.clear()
+        self.nbytes = 0
+
+    def check_weights(self, model: Any) -> None:
+        """Forget everything when any parameter changed in place since the last call."""
+        version = sum(p._version for p in model.parameters())
+        if version != self.weights_version:
+            self.clear()
+            self.weights_version = version
+
+    def _pop(self, key: tuple[int, ...]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], int]:
+        layers, nbytes = self.entries.pop(key)
+        self.nbytes -= nbytes
+        self.lengths[len(key)] -= 1
+        if not self.lengths[len(key)]:
+            del self.lengths[len(key)]
+        return layers, nbytes
+
+    def put(self, tokens: list[int], cache: Any, row: int, mask_row: torch.Tensor) -> None:
+        if not tokens or not hasattr(cache, "layers"):
+            return
+        keep = mask_row.bool().nonzero().squeeze(-1)
+        if keep.numel() != len(tokens):
+            return  # the cache does not line up with the tokens (e.g. a model with its own cache layout)
+        layers = [
+            (layer.keys[row].index_select(1, keep), layer.values[row].index_select(1, keep))
+            for layer in cache.layers
+        ]
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        if nbytes > self.budget:
+            return
+        key = tuple(tokens)
+        if key in self.entries:
+            self._pop(key)
+        self.entries[key] = (layers, nbytes)
+        self.lengths[len(key)] = self.lengths.get(len(key), 0) + 1
+        self.nbytes += nbytes
+        while self.nbytes > self.budget:
+            self._pop(next(iter(self.entries)))
+
+    def take(self, prompt: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
+        """The longest kept prefix of ``prompt`` (removed from the cache), leaving at least one new token."""
+        for n in sorted(self.lengths, reverse=True):
+            if n > len(prompt):
+                continue
+            key = tuple(prompt[:n])
+            if key in self.entries:
+                layers, _ = self._pop(key)
+                if n == len(prompt):  # nothing new to feed: give back the last position to recompute
+                    n -= 1
+                    if n == 0:
+                        return None
+                    layers = [(k[:, :n], v[:, :n]) for k, v in layers]
+                self.hits += 1
+                self.hit_tokens += n
+                return n, layers
+        return None
 
 
 def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
