@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
+from ragrl.llm.tiny import train_tokenizer
 from ragrl.methods import available_methods, load_method_config
 from ragrl.methods.search_r1 import (
     DEFAULT_USER,
@@ -36,20 +36,9 @@ TAGS = [
 
 
 def tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        [DEFAULT_USER],
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        ),
-    )
-    tok.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", clean_up_tokenization_spaces=False)
+    tok = train_tokenizer([DEFAULT_USER], kind="bpe", vocab_size=400, special_tags=TAGS)
+    tok.chat_template = None
+    return tok
 
 
 def test_messages_and_plain_prompt():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import DataError
+from ragrl.llm.tiny import train_tokenizer
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import (
@@ -42,20 +42,10 @@ PASSAGES = [
 
 
 def bpe_tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=500,
-        special_tokens=["</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([p.contents for p in PASSAGES] * 3, trainer)
-    tok.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", clean_up_tokenization_spaces=False
-    )
+    """A byte-level BPE with the protocol tags as single tokens and no chat template (plain prompts)."""
+    tok = train_tokenizer([p.contents for p in PASSAGES] * 3, kind="bpe", vocab_size=600, special_tags=TAGS)
+    tok.chat_template = None
+    return tok
 
 
 TOK = bpe_tokenizer()
@@ -237,12 +227,13 @@ def test_final_answer_turn(bm25):
 
 
 def test_max_total_tokens(bm25):
-    eng, backend = engine(lambda p, i: "<search> Alan Turing born </search>", bm25, max_total_tokens=40)
+    turn = "<search> Alan Turing born </search>"
+    budget = len(TOK.encode(turn, add_special_tokens=False)) + 5  # the observation cannot fit
+    eng, backend = engine(lambda p, i: turn, bm25, max_total_tokens=budget)
     [traj] = eng.run([example()])
-    assert len(traj.completion_ids) <= 40
+    assert len(traj.completion_ids) == budget
     assert traj.finish_reason == "max_tokens" and traj.truncated
     assert traj.segments[-1].kind == "env" and traj.segments[-1].truncated
-    assert len(traj.completion_ids) == 40  # the observation was cut to exactly fill the budget
 
 
 def test_per_turn_allowance_shrinks_to_budget(bm25):
@@ -292,7 +283,7 @@ def test_eos_without_answer(bm25):
     [traj] = eng.run([example()])
     assert traj.finish_reason == "eos" and not traj.truncated and traj.final_answer is None
     assert traj.segments[-1].token_ids[-1] == EOS and traj.segments[-1].finish_reason == "eos"
-    assert traj.segments[-1].text.endswith("</s>")
+    assert traj.segments[-1].text.endswith(TOK.eos_token)
     assert len(traj.segments) == 1 and traj.actions[0].kind == "invalid"
 
 
@@ -416,10 +407,10 @@ def test_scripted_generation_rules():
     assert kept == "a <answer> b </answer>" and g.finish_reason == "stop" and g.stop == "</answer>"
     g, kept = scripted_generation(TOK, "no stop here", p)
     assert g.finish_reason == "eos" and g.token_ids[-1] == EOS and g.stop == EOS
-    g, _ = scripted_generation(TOK, "early</s> more <search> q </search>", p)
+    g, _ = scripted_generation(TOK, f"early{TOK.eos_token} more <search> q </search>", p)
     assert g.finish_reason == "eos" and g.token_ids[-1] == EOS  # whichever comes first ends it
-    g, _ = scripted_generation(TOK, "early</s> more", p)
-    assert g.finish_reason == "eos" and TOK.decode(g.token_ids) == "early</s>"
+    g, _ = scripted_generation(TOK, f"early{TOK.eos_token} more", p)
+    assert g.finish_reason == "eos" and TOK.decode(g.token_ids) == f"early{TOK.eos_token}"
     g, _ = scripted_generation(TOK, "x " * 100 + "<search> q </search>", SamplingParams(max_new_tokens=5))
     assert g.finish_reason == "length" and len(g.token_ids) == 5 and g.stop is None
     assert g.logprobs == [0.0] * 5

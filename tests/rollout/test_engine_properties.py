@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
+from ragrl.llm.tiny import train_tokenizer
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import FINISH_REASONS, RolloutConfig, RolloutEngine
@@ -34,20 +35,9 @@ PROTOCOL = SearchR1Protocol()
 
 
 def byte_bpe() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([p.contents for p in PASSAGES] * 2, trainer)
-    tok.add_tokens([AddedToken(t, normalized=False) for t in TAGS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", clean_up_tokenization_spaces=False
-    )
+    tok = train_tokenizer([p.contents for p in PASSAGES] * 2, kind="bpe", vocab_size=500, special_tags=TAGS)
+    tok.chat_template = None
+    return tok
 
 
 def word_level() -> PreTrainedTokenizerFast:
