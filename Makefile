@@ -18,17 +18,31 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job. Until `ragrl demo` exists it runs the retrieval quick-start on real HotpotQA data.
+# The main job. Until `ragrl demo` (training) exists it runs the quick-start: the embedded synthetic
+# world end to end (world -> BM25 index -> tiny policy -> evaluation of the oracle and heuristic
+# demonstrators and the untrained policy), then retrieval on real HotpotQA data when ../shared is there.
 demo: quickstart
 
+Q := runs/quickstart
 quickstart: $(STAMP)
-	@test -d $(SHARED) || { echo "error: dataset samples not found at $(SHARED) (set SHARED=...)"; exit 2; }
-	$(BIN)/ragrl data convert $(SHARED)/hotpotqa/leeyeezeee__benchfortir/test.jsonl --out runs/quickstart/hotpotqa
-	$(BIN)/ragrl data stats runs/quickstart/hotpotqa/questions.jsonl
-	$(BIN)/ragrl index runs/quickstart/hotpotqa/corpus.jsonl --retriever bm25 --out runs/quickstart/bm25
-	$(BIN)/ragrl search runs/quickstart/bm25 "Which government position was held by Shirley Temple?" -k 3
-	$(BIN)/ragrl search runs/quickstart/bm25 --queries runs/quickstart/hotpotqa/questions.jsonl \
-		--out runs/quickstart/hits.jsonl --eval --eval-k 2,5,10
+	rm -rf $(Q)
+	$(BIN)/ragrl data synth --seed 0 --size small --out $(Q)/world
+	$(BIN)/ragrl index $(Q)/world/corpus.jsonl --retriever bm25 --out $(Q)/world/bm25
+	$(BIN)/ragrl model tiny --data $(Q)/world --out $(Q)/world/tiny-policy
+	$(BIN)/ragrl eval --model $(Q)/world/tiny-policy --data $(Q)/world/test.jsonl --index $(Q)/world/bm25 \
+		--demonstrator oracle --out $(Q)/eval-oracle > /dev/null
+	$(BIN)/ragrl eval --model $(Q)/world/tiny-policy --data $(Q)/world/test.jsonl --index $(Q)/world/bm25 \
+		--demonstrator heuristic --out $(Q)/eval-heuristic > /dev/null
+	$(BIN)/ragrl eval --model $(Q)/world/tiny-policy --data $(Q)/world/test.jsonl --index $(Q)/world/bm25 \
+		--out $(Q)/eval-untrained > /dev/null
+	@$(BIN)/python -c "import json; [print(f'{n:>10}: EM {s[\"em\"]:.2f}  searches/question {s[\"searches_per_question\"]:.2f}  answer rate {s[\"answer_rate\"]:.2f}') for n in ('oracle', 'heuristic', 'untrained') for s in [json.load(open('$(Q)/eval-' + n + '/scores.json'))]]"
+	@if [ -d $(SHARED) ]; then \
+		$(BIN)/ragrl data convert $(SHARED)/hotpotqa/leeyeezeee__benchfortir/test.jsonl --out $(Q)/hotpotqa && \
+		$(BIN)/ragrl index $(Q)/hotpotqa/corpus.jsonl --retriever bm25 --out $(Q)/hotpotqa/bm25 && \
+		$(BIN)/ragrl search $(Q)/hotpotqa/bm25 "Which government position was held by Shirley Temple?" -k 3 && \
+		$(BIN)/ragrl search $(Q)/hotpotqa/bm25 --queries $(Q)/hotpotqa/questions.jsonl \
+			--out $(Q)/hotpotqa/hits.jsonl --eval --eval-k 2,5,10; \
+	else echo "(dataset samples not found at $(SHARED): skipping the HotpotQA retrieval part)"; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
@@ -43,6 +57,7 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/retrieval_throughput.py
 	$(BIN)/python benchmarks/retrieval_recall.py
+	$(BIN)/python benchmarks/rollout_overhead.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -1,0 +1,96 @@
+"""Group filters ``f(scores [N], group_ids [N], **params) -> keep [N] (bool)`` and ``group_stats``.
+
+A filter keeps or drops whole groups (all rollouts of one prompt together). ``scores`` is whatever the
+filter should read: the total reward for DAPO, the answer-F1 component alone for TIRESRAG (its filter
+ignores the judge rewards); the trainer passes the tensor its config names.
+
+* ``keep_all``: no filtering.
+* ``drop_zero_variance``: DAPO's dynamic sampling (R²AG's ``std({R_i}) > 0``): drop a group whose scores
+  are all equal (``max - min <= tol``). Such a group has advantage 0 under every estimator in
+  ``advantages.py`` and only dilutes the batch. A group of one rollout is dropped too unless
+  ``keep_singletons=True`` (verl's DAPO recipe keeps singletons).
+* ``drop_saturated``: TIRESRAG §3.3, its code being authoritative: drop a group if ``max ≤ low`` (all
+  near-wrong) or ``min ≥ high`` (all near-right), defaults ``low = 0.1``, ``high = 0.9`` on answer F1. The
+  edges are inclusive: a group whose best F1 is exactly 0.1 is dropped, and so is one whose worst F1 is
+  exactly 0.9. Compare in the scores' own dtype (a float32 0.1 equals the Python literal 0.1 there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ragrl.algos.advantages import batch_groups
+from ragrl.errors import RagrlError
+
+FilterFn = Callable[..., Tensor]
+
+FILTERS: dict[str, FilterFn] = {}
+
+
+def register_filter(name: str) -> Callable[[FilterFn], FilterFn]:
+    """Register ``fn(scores, group_ids, **params) -> keep mask`` under ``name``."""
+
+    def decorate(fn: FilterFn) -> FilterFn:
+        if name in FILTERS and FILTERS[name] is not fn:
+            raise RagrlError(f"group filter {name!r} is already registered (by {FILTERS[name].__module__})")
+        FILTERS[name] = fn
+        return fn
+
+    return decorate
+
+
+def get_filter(name: str) -> FilterFn:
+    try:
+        return FILTERS[name]
+    except KeyError:
+        raise RagrlError(f"unknown group filter {name!r}; registered: {', '.join(sorted(FILTERS))}") from None
+
+
+def filter_names() -> list[str]:
+    return sorted(FILTERS)
+
+
+@register_filter("keep_all")
+def keep_all(scores: Tensor, group_ids: Tensor) -> Tensor:
+    s, _ = batch_groups(scores, group_ids)
+    return torch.ones_like(s, dtype=torch.bool)
+
+
+@register_filter("drop_zero_variance")
+def drop_zero_variance(
+    scores: Tensor, group_ids: Tensor, *, tol: float = 0.0, keep_singletons: bool = False
+) -> Tensor:
+    s, groups = batch_groups(scores, group_ids)
+    keep = (groups.max(s) - groups.min(s)) > tol
+    if keep_singletons:
+        keep = keep | (groups.counts == 1)
+    return keep[groups.inverse]
+
+
+@register_filter("drop_saturated")
+def drop_saturated(scores: Tensor, group_ids: Tensor, *, low: float = 0.1, high: float = 0.9) -> Tensor:
+    s, groups = batch_groups(scores, group_ids)
+    keep = (groups.max(s) > low) & (groups.min(s) < high)
+    return keep[groups.inverse]
+
+
+def group_stats(rewards: Tensor, group_ids: Tensor) -> dict[str, float]:
+    """Per-step logging numbers about the groups of a batch.
+
+    ``reward_std_in_group``: mean over groups of the population std of rewards within the group (0 for a
+    singleton); ``zero_variance_share``: share of groups whose rewards are all equal (these give no
+    gradient under GRPO); plus ``num_groups``, ``group_size_mean`` and ``reward_mean``.
+    """
+    r, groups = batch_groups(rewards, group_ids)
+    stds = groups.std(r, "population")
+    return {
+        "num_groups": float(groups.num),
+        "group_size_mean": float(groups.counts.mean()) if groups.num else 0.0,
+        "reward_mean": float(r.mean()) if r.numel() else 0.0,
+        "reward_std_in_group": float(stds.mean()) if groups.num else 0.0,
+        "zero_variance_share": float(groups.all_equal(r).to(r.dtype).mean()) if groups.num else 0.0,
+    }
+
