@@ -49,7 +49,7 @@ import torch
 from ragrl.data.io import read_corpus, read_examples
 from ragrl.data.synth import generate_world
 from ragrl.llm.hf_backend import TransformersBackend
-from ragrl.llm.tiny import create_tiny_policy
+from ragrl.llm.tiny import TinyConfig, create_tiny_policy
 from ragrl.methods import load_method
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutEngine
@@ -87,12 +87,13 @@ class TimedBackend:
         return gens
 
 
-def setup(workdir: Path) -> tuple[Path, Path]:
-    data, model = workdir / "data", workdir / "model"
+def setup(workdir: Path, hidden: int, layers: int) -> tuple[Path, Path]:
+    data, model = workdir / "data", workdir / f"model-h{hidden}-l{layers}"
     if not (data / "corpus.jsonl").is_file():
         generate_world(0, "small").write(data)
     if not (model / "config.json").is_file():
-        create_tiny_policy(data, model, seed=0)
+        config = TinyConfig(hidden=hidden, layers=layers, heads=max(2, hidden // 32), intermediate=3 * hidden)
+        create_tiny_policy(data, model, seed=0, config=config)
     return data, model
 
 
@@ -104,6 +105,10 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="keep data and model here (reused)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="cProfile one engine run, print the top")
+    ap.add_argument(
+        "--hidden", type=int, default=TinyConfig.hidden, help="policy width (default: the tiny policy)"
+    )
+    ap.add_argument("--layers", type=int, default=TinyConfig.layers, help="policy depth")
     args = ap.parse_args()
 
     tmp = None
@@ -114,7 +119,7 @@ def main() -> None:
         workdir = args.workdir
         workdir.mkdir(parents=True, exist_ok=True)
     t_setup = time.perf_counter()
-    data, model_dir = setup(workdir)
+    data, model_dir = setup(workdir, args.hidden, args.layers)
     passages, _ = read_corpus(data / "corpus.jsonl")
     examples, _ = read_examples(data / "dev.jsonl")
     examples = examples[: args.questions]

@@ -21,7 +21,11 @@ def test_values_by_hand():
     d = ref - logp
     assert torch.allclose(get_kl("k3")(logp, ref), torch.exp(d) - d - 1, atol=1e-15)
     # verl aliases
-    assert get_kl("low_var_kl") is get_kl("k3") and get_kl("mse") is get_kl("k2") and get_kl("kl") is get_kl("k1")
+    assert (
+        get_kl("low_var_kl") is get_kl("k3")
+        and get_kl("mse") is get_kl("k2")
+        and get_kl("kl") is get_kl("k1")
+    )
 
 
 def test_k2_and_k3_are_never_negative_even_at_float32_rounding():

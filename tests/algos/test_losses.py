@@ -30,7 +30,9 @@ def test_ppo_clip_by_hand_on_ratios_half_one_and_one_and_a_half():
     assert float(m["clip_frac"]) == pytest.approx(2 / 6)
     assert float(m["ratio_mean"]) == pytest.approx(1.0)
     # approx KL(old‖new), k3 in ρ: (ρ - 1) - log ρ = 0.1931472, 0, 0.0945349 (twice) -> mean 0.0958940
-    assert float(m["approx_kl"]) == pytest.approx((2 * (-0.5 - math.log(0.5)) + 2 * (0.5 - math.log(1.5))) / 6)
+    assert float(m["approx_kl"]) == pytest.approx(
+        (2 * (-0.5 - math.log(0.5)) + 2 * (0.5 - math.log(1.5))) / 6
+    )
 
 
 def test_decoupled_clip_eps_high():
@@ -141,7 +143,16 @@ def test_matches_trl_on_a_random_batch(loss_type, agg):
     trl_logp = logp.clone().requires_grad_(True)
     kwargs = {"agg": agg} if agg else {"agg": "seq_mean_token_sum_norm", "constant": T}
     ours, _ = policy_loss(
-        ours_logp, old, adv, mask, ref_logp=ref, beta=beta, kl="k3", eps_low=eps_low, eps_high=eps_high, **kwargs
+        ours_logp,
+        old,
+        adv,
+        mask,
+        ref_logp=ref,
+        beta=beta,
+        kl="k3",
+        eps_low=eps_low,
+        eps_high=eps_high,
+        **kwargs,
     )
     trl = _trl_grpo_loss(trl_logp, old, ref, trl_adv, mask, beta, eps_low, eps_high, loss_type, T)
     assert ours.item() == pytest.approx(trl.item(), abs=1e-6)

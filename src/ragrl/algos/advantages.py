@@ -210,4 +210,3 @@ def difficulty_weight(
     if not rho_t.is_floating_point():
         rho_t = rho_t.to(torch.get_default_dtype())
     return a + (b - a) * torch.sigmoid(-k * (rho_t - rho0))
-

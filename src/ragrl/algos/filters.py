@@ -93,4 +93,3 @@ def group_stats(rewards: Tensor, group_ids: Tensor) -> dict[str, float]:
         "reward_std_in_group": float(stds.mean()) if groups.num else 0.0,
         "zero_variance_share": float(groups.all_equal(r).to(r.dtype).mean()) if groups.num else 0.0,
     }
-

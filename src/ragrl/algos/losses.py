@@ -92,11 +92,15 @@ def seq_mean_token_sum(per_token: Tensor, mask: Tensor) -> Tensor:
 @register_aggregation("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(per_token: Tensor, mask: Tensor, *, constant: float) -> Tensor:
     if not constant or constant <= 0:
-        raise RagrlError(f"seq_mean_token_sum_norm needs a positive constant (e.g. max new tokens), got {constant}")
+        raise RagrlError(
+            f"seq_mean_token_sum_norm needs a positive constant (e.g. max new tokens), got {constant}"
+        )
     return ((per_token * mask.to(per_token.dtype)).sum(-1) / constant).mean()
 
 
-def aggregate(per_token: Tensor, mask: Tensor, mode: str = "token_mean", *, constant: float | None = None) -> Tensor:
+def aggregate(
+    per_token: Tensor, mask: Tensor, mode: str = "token_mean", *, constant: float | None = None
+) -> Tensor:
     """Reduce a ``[B, T]`` per-token loss to a scalar with the registered ``mode``."""
     fn = get_aggregation(mode)
     takes_constant = "constant" in inspect.signature(fn).parameters
@@ -118,7 +122,7 @@ def ppo_clip_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Per-token PPO-clip loss ``-min(ρ·A, clip(ρ, 1 - eps_low, 1 + eps_high)·A)``, ``ρ = exp(logp - old_logp)``.
+    """Per-token PPO-clip loss ``-min(ρ·A, clip(ρ, 1 - eps_low, 1 + eps_high)·A)``, ρ = exp(logp - old_logp).
 
     ``eps_low != eps_high`` is DAPO's decoupled clip ("clip-higher"; R²AG); TRL ``epsilon``/``epsilon_high``,
     verl ``clip_ratio_low``/``clip_ratio_high``. Returns the unreduced ``[B, T]`` loss (padding included:
