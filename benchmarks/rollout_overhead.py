@@ -141,10 +141,13 @@ def main() -> None:
         f"stop={list(method.protocol.stop)}"
     )
 
+    cpu = {"rollout": [], "plain": []}  # process CPU seconds: steadier than wall time on a shared machine
+
     def run_rollout():
         timed.reset()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         trajs = engine.run(examples, n=args.n, seed=args.seed)
+        cpu["rollout"].append(time.process_time() - c0)
         return trajs, time.perf_counter() - t0
 
     # warm-up + the workload (identical in every repeat: fixed seed)
@@ -160,8 +163,9 @@ def main() -> None:
     plain_params = config.sampling(per_seq, (), args.seed)
 
     def run_plain():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         gens = backend.generate(prompts, plain_params)
+        cpu["plain"].append(time.process_time() - c0)
         return sum(len(g.token_ids) for g in gens), time.perf_counter() - t0
 
     plain_tokens, _ = run_plain()  # warm-up
@@ -211,6 +215,12 @@ def main() -> None:
         )
     print(f"plain:   {tps_plain:8.1f} tokens/s (best of {args.repeats}; median {med_plain:.1f})")
     print(f"median ratio: {med_roll / med_plain:.2f}")
+    cpu_roll = policy_tokens / statistics.median(cpu["rollout"][-args.repeats :])
+    cpu_plain = plain_tokens / statistics.median(cpu["plain"][-args.repeats :])
+    print(
+        f"per CPU second (median): rollout {cpu_roll:.1f}, plain {cpu_plain:.1f} tokens; "
+        f"ratio {cpu_roll / cpu_plain:.2f}"
+    )
 
     # Diagnostic (not part of the ratio): context tokens the prefix cache did not prefill again.
     hits_before, reused_before = backend.prefix_cache.hits, backend.prefix_cache.hit_tokens

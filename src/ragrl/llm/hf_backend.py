@@ -87,6 +87,56 @@ def _load(path: Path, dtype: torch.dtype) -> Any:
         return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
 
 
+def _growing_layer_class() -> type:
+    """A transformers ``DynamicLayer`` whose storage grows by doubling: a decoding step writes its key
+    and value in place instead of concatenating (copying) the whole cache every step."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        _k: torch.Tensor | None = None
+        _v: torch.Tensor | None = None
+        _n = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            if self._k is None or self.keys.data_ptr() != self._k.data_ptr():
+                self._n = self.keys.shape[-2] if self.keys.numel() else 0
+                self._k = self._v = None
+            new = key_states.shape[-2]
+            if self._k is None or self._n + new > self._k.shape[-2]:
+                capacity = max(2 * (self._n + new), 64)
+                k = key_states.new_empty((*key_states.shape[:2], capacity, key_states.shape[-1]))
+                v = value_states.new_empty((*value_states.shape[:2], capacity, value_states.shape[-1]))
+                if self._n:
+                    k[:, :, : self._n] = self.keys
+                    v[:, :, : self._n] = self.values
+                self._k, self._v = k, v
+            self._k[:, :, self._n : self._n + new] = key_states
+            self._v[:, :, self._n : self._n + new] = value_states
+            self._n += new
+            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._k is not None and self._n:
+                self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
+                self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+            else:
+                super().batch_select_indices(indices)
+
+    return GrowingLayer
+
+
+def _new_cache() -> Any:
+    try:
+        from transformers.cache_utils import Cache
+
+        return Cache(layer_class_to_replicate=_growing_layer_class())
+    except (ImportError, TypeError):
+        return None
+
+
 class _StopMatcher:
     """Finds a stop string completed by the newest token, decoding only the tail of the generation.
 
@@ -267,7 +317,7 @@ class TransformersBackend:
         else:
             input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
             position_ids = position_ids_from_mask(attention_mask)
-            cache = None
+            cache = _new_cache()
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
         finish: list[tuple[FinishReason, str | int | None] | None] = [None] * n
@@ -352,8 +402,6 @@ class TransformersBackend:
         self, prompts: list[list[int]], hits: list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]] | None]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
         """First-step inputs when some rows continue a kept prefix: per row ``[pad][cached][pad][new]``."""
-        from transformers import DynamicCache
-
         dev = self.device
         cached = [h[0] if h is not None else 0 for h in hits]
         suffixes = [p[c:] for p, c in zip(prompts, cached, strict=True)]
@@ -370,7 +418,14 @@ class TransformersBackend:
                     k[row, :, width_c - c :] = h[1][li][0]
                     v[row, :, width_c - c :] = h[1][li][1]
             layer_kv.append((k, v))
-        cache = DynamicCache(ddp_cache_data=layer_kv)
+        cache = _new_cache()
+        if cache is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(ddp_cache_data=layer_kv)
+        else:
+            for li, (k, v) in enumerate(layer_kv):
+                cache.update(k, v, li)
         mask = torch.zeros((len(prompts), width_c + width_s), dtype=torch.long, device=dev)
         input_ids = torch.full((len(prompts), width_s), self.pad_token_id, dtype=torch.long, device=dev)
         for row, (c, suffix) in enumerate(zip(cached, suffixes, strict=True)):
