@@ -128,12 +128,20 @@ def _growing_layer_class() -> type:
     return GrowingLayer
 
 
-def _new_cache() -> Any:
+def _new_cache(model: Any) -> Any:
+    """An empty KV cache of growing layers, or ``None`` (the model's own default cache) for models whose
+    layers are not all plain full attention (sliding-window, linear or recurrent layers)."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = getattr(text, "layer_types", None) or []
+    sliding = getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True)
+    if sliding or any(t != "full_attention" for t in layer_types):
+        return None
     try:
         from transformers.cache_utils import Cache
 
         return Cache(layer_class_to_replicate=_growing_layer_class())
-    except (ImportError, TypeError):
+    except (ImportError, TypeError):  # transformers without layered caches
         return None
 
 
@@ -317,7 +325,7 @@ class TransformersBackend:
         else:
             input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
             position_ids = position_ids_from_mask(attention_mask)
-            cache = _new_cache()
+            cache = _new_cache(self.model)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lps: list[list[float]] = [[] for _ in range(n)]
         finish: list[tuple[FinishReason, str | int | None] | None] = [None] * n
@@ -418,7 +426,7 @@ class TransformersBackend:
                     k[row, :, width_c - c :] = h[1][li][0]
                     v[row, :, width_c - c :] = h[1][li][1]
             layer_kv.append((k, v))
-        cache = _new_cache()
+        cache = _new_cache(self.model)
         if cache is None:
             from transformers import DynamicCache
 
