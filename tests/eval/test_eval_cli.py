@@ -65,6 +65,7 @@ def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp
         "rollout.max_turns=2",
     )
     assert untrained["n_scored"] == 4 and untrained["method"] == "search_r1"
+    assert untrained["prompt_unk_rate"] == 0.0  # the tiny tokenizer was built from this world
     assert untrained["policy_tokens_mean"] <= 48
     assert untrained["provenance"]["index_fingerprint"]
     trajs = read_trajectories(tmp_path / "untrained" / "trajectories.jsonl")

@@ -142,6 +142,11 @@ def eval_command(
             bootstrap=bootstrap,
         )
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
+    if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
+        console.print(
+            f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to {model}'s "
+            "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
+        )
     report.scores.update({"provenance": _provenance(model, index, data)})
 
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"

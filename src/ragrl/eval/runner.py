@@ -133,6 +133,10 @@ def evaluate(
     scores, rows = score_trajectories(
         trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed
     )
+    unk = getattr(backend.tokenizer, "unk_token_id", None)
+    if unk is not None:
+        prompt_tokens = [t for traj in trajectories for t in traj.prompt_ids]
+        scores["prompt_unk_rate"] = sum(t == unk for t in prompt_tokens) / max(len(prompt_tokens), 1)
     scores["method"] = method.name
     scores["temperature"] = temperature
     scores["seed"] = seed
