@@ -8,7 +8,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import MistralConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from ragrl.llm.backend import SamplingParams
-from ragrl.llm.hf_backend import TransformersBackend, _new_cache
+from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.llm.kv_cache import new_cache
 
 
 def _tokenizer():
@@ -34,7 +35,7 @@ def test_qwen2_greedy_generation_equals_step_by_step_forward_passes():
         eos_token_id=1,
     )
     model = Qwen2ForCausalLM(cfg).eval()
-    assert _new_cache(model) is not None
+    assert new_cache(model) is not None
     prompts = [[3, 4, 5, 6], [7, 8]]
     gens = TransformersBackend(model, _tokenizer(), prefix_cache_mb=0).generate(
         prompts,
@@ -62,4 +63,4 @@ def test_sliding_window_models_keep_their_own_cache():
         intermediate_size=64,
         sliding_window=8,
     )
-    assert _new_cache(MistralForCausalLM(cfg)) is None
+    assert new_cache(MistralForCausalLM(cfg)) is None

@@ -17,22 +17,14 @@ from ragrl.methods.search_r1 import (
     SearchR1ProtocolConfig,
     thoughts,
 )
+from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
 from ragrl.retrieval.base import Hit
 from ragrl.rollout.engine import RolloutConfig
 from ragrl.rollout.trajectory import Action
 
 P = SearchR1Protocol()
 EX = Example("q1", "  Who wrote Hamlet? ", ["Shakespeare"])
-TAGS = [
-    "<think>",
-    "</think>",
-    "<search>",
-    "</search>",
-    "<information>",
-    "</information>",
-    "<answer>",
-    "</answer>",
-]
+TAGS = list(SEARCH_R1_TAGS)
 
 
 def tokenizer() -> PreTrainedTokenizerFast:

@@ -10,6 +10,7 @@ from transformers import PreTrainedTokenizerFast
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import DataError
 from ragrl.llm.tiny import train_tokenizer
+from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import (
@@ -22,16 +23,7 @@ from ragrl.rollout.engine import (
 from ragrl.rollout.scripted import DemonstratorBackend, ScriptedBackend
 from ragrl.rollout.trajectory import Trajectory
 
-TAGS = [
-    "<think>",
-    "</think>",
-    "<search>",
-    "</search>",
-    "<information>",
-    "</information>",
-    "<answer>",
-    "</answer>",
-]
+TAGS = list(SEARCH_R1_TAGS)
 
 PASSAGES = [
     Passage.make("Alan Turing", "Alan Turing was born in Maida Vale, London, in 1912."),

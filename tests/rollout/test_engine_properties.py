@@ -9,22 +9,14 @@ from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
 from ragrl.llm.tiny import train_tokenizer
+from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
 from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import FINISH_REASONS, RolloutConfig, RolloutEngine
 from ragrl.rollout.protocol import find_spans, last_span_of
 from ragrl.rollout.scripted import ScriptedBackend
 
-TAGS = [
-    "<think>",
-    "</think>",
-    "<search>",
-    "</search>",
-    "<information>",
-    "</information>",
-    "<answer>",
-    "</answer>",
-]
+TAGS = list(SEARCH_R1_TAGS)
 PASSAGES = [
     Passage.make("Alan Turing", "Alan Turing was born in Maida Vale, London."),
     Passage.make("London", "London is the capital of England."),

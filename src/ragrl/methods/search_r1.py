@@ -75,6 +75,11 @@ class SearchR1Config:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
+TAG_NAMES = ("think", "search", "information", "answer")
+TAGS = tuple(t for name in TAG_NAMES for t in (f"<{name}>", f"</{name}>"))
+"""Every tag of the protocol, opening and closing (what a tokenizer should keep as single tokens)."""
+
+
 class SearchR1Protocol(Protocol):
     name = "search_r1"
     stop = ("</search>", "</answer>")
