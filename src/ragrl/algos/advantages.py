@@ -33,33 +33,15 @@ import torch
 from torch import Tensor
 
 from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 AdvantageFn = Callable[..., Tensor]
 
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Register ``fn(rewards, group_ids, **params) -> advantages`` under ``name``."""
-
-    def decorate(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES and ADVANTAGES[name] is not fn:
-            raise RagrlError(f"advantage {name!r} is already registered (by {ADVANTAGES[name].__module__})")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return decorate
-
-
-def get_advantage(name: str) -> AdvantageFn:
-    try:
-        return ADVANTAGES[name]
-    except KeyError:
-        raise RagrlError(f"unknown advantage {name!r}; registered: {', '.join(sorted(ADVANTAGES))}") from None
-
-
-def advantage_names() -> list[str]:
-    return sorted(ADVANTAGES)
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage")
+register_advantage = ADVANTAGES.register
+"""Register ``fn(rewards, group_ids, **params) -> advantages`` under ``name``."""
+get_advantage = ADVANTAGES.get
+advantage_names = ADVANTAGES.names
 
 
 def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor, **params: object) -> Tensor:

@@ -23,34 +23,15 @@ import torch
 from torch import Tensor
 
 from ragrl.algos.advantages import batch_groups
-from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 FilterFn = Callable[..., Tensor]
 
-FILTERS: dict[str, FilterFn] = {}
-
-
-def register_filter(name: str) -> Callable[[FilterFn], FilterFn]:
-    """Register ``fn(scores, group_ids, **params) -> keep mask`` under ``name``."""
-
-    def decorate(fn: FilterFn) -> FilterFn:
-        if name in FILTERS and FILTERS[name] is not fn:
-            raise RagrlError(f"group filter {name!r} is already registered (by {FILTERS[name].__module__})")
-        FILTERS[name] = fn
-        return fn
-
-    return decorate
-
-
-def get_filter(name: str) -> FilterFn:
-    try:
-        return FILTERS[name]
-    except KeyError:
-        raise RagrlError(f"unknown group filter {name!r}; registered: {', '.join(sorted(FILTERS))}") from None
-
-
-def filter_names() -> list[str]:
-    return sorted(FILTERS)
+FILTERS: Registry[FilterFn] = Registry("group filter")
+register_filter = FILTERS.register
+"""Register ``fn(scores, group_ids, **params) -> keep mask`` under ``name``."""
+get_filter = FILTERS.get
+filter_names = FILTERS.names
 
 
 @register_filter("keep_all")

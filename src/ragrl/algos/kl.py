@@ -29,38 +29,15 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 KLFn = Callable[..., Tensor]
 
-KL_ESTIMATORS: dict[str, KLFn] = {}
-
-
-def register_kl(name: str) -> Callable[[KLFn], KLFn]:
-    """Register ``fn(logp, ref_logp, **params) -> per-token KL`` under ``name``."""
-
-    def decorate(fn: KLFn) -> KLFn:
-        if name in KL_ESTIMATORS and KL_ESTIMATORS[name] is not fn:
-            raise RagrlError(
-                f"KL estimator {name!r} is already registered (by {KL_ESTIMATORS[name].__module__})"
-            )
-        KL_ESTIMATORS[name] = fn
-        return fn
-
-    return decorate
-
-
-def get_kl(name: str) -> KLFn:
-    try:
-        return KL_ESTIMATORS[name]
-    except KeyError:
-        raise RagrlError(
-            f"unknown KL estimator {name!r}; registered: {', '.join(sorted(KL_ESTIMATORS))}"
-        ) from None
-
-
-def kl_names() -> list[str]:
-    return sorted(KL_ESTIMATORS)
+KL_ESTIMATORS: Registry[KLFn] = Registry("KL estimator")
+register_kl = KL_ESTIMATORS.register
+"""Register ``fn(logp, ref_logp, **params) -> per-token KL`` under ``name``."""
+get_kl = KL_ESTIMATORS.get
+kl_names = KL_ESTIMATORS.names
 
 
 @register_kl("k1")

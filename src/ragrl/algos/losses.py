@@ -33,37 +33,15 @@ from torch import Tensor
 
 from ragrl.algos.kl import get_kl
 from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 AggregationFn = Callable[..., Tensor]
 
-AGGREGATIONS: dict[str, AggregationFn] = {}
-
-
-def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-    """Register ``fn(per_token [B, T], mask [B, T], **params) -> scalar`` under ``name``."""
-
-    def decorate(fn: AggregationFn) -> AggregationFn:
-        if name in AGGREGATIONS and AGGREGATIONS[name] is not fn:
-            raise RagrlError(
-                f"aggregation {name!r} is already registered (by {AGGREGATIONS[name].__module__})"
-            )
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return decorate
-
-
-def get_aggregation(name: str) -> AggregationFn:
-    try:
-        return AGGREGATIONS[name]
-    except KeyError:
-        raise RagrlError(
-            f"unknown aggregation {name!r}; registered: {', '.join(sorted(AGGREGATIONS))}"
-        ) from None
-
-
-def aggregation_names() -> list[str]:
-    return sorted(AGGREGATIONS)
+AGGREGATIONS: Registry[AggregationFn] = Registry("aggregation")
+register_aggregation = AGGREGATIONS.register
+"""Register ``fn(per_token [B, T], mask [B, T], **params) -> scalar`` under ``name``."""
+get_aggregation = AGGREGATIONS.get
+aggregation_names = AGGREGATIONS.names
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -39,32 +40,19 @@ class RewardContext:
 
 RewardFn = Callable[..., float]
 
-_REGISTRY: dict[str, RewardFn] = {}
-
-
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Register ``fn(trajectory, example, ctx, **params) -> float`` under ``name``."""
-
-    def decorate(fn: RewardFn) -> RewardFn:
-        if name in _REGISTRY and _REGISTRY[name] is not fn:
-            raise RagrlError(f"reward {name!r} is already registered (by {_REGISTRY[name].__module__})")
-        _REGISTRY[name] = fn
-        return fn
-
-    return decorate
+REWARDS: Registry[RewardFn] = Registry("reward")
+register_reward = REWARDS.register
+"""Register ``fn(trajectory, example, ctx, **params) -> float`` under ``name``."""
 
 
 def get_reward(name: str) -> RewardFn:
     _load_builtin_rewards()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise RagrlError(f"unknown reward {name!r}; registered: {', '.join(sorted(_REGISTRY))}") from None
+    return REWARDS.get(name)
 
 
 def reward_names() -> list[str]:
     _load_builtin_rewards()
-    return sorted(_REGISTRY)
+    return REWARDS.names()
 
 
 _loaded = False
