@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ragrl.data.io import LoadReport, write_corpus, write_examples
-from ragrl.data.loaders import detect_format, load_dataset, normalize_format
+from ragrl.data.loaders import load_dataset, normalize_format
 from ragrl.data.schema import Example, Passage
 
 QUESTIONS_FILE = "questions.jsonl"
@@ -80,10 +80,8 @@ def convert(
     skip_invalid: bool = False,
     source: str | None = None,
 ) -> ConvertResult:
-    fmt = normalize_format(format)
-    if fmt == "auto":
-        fmt = detect_format(path)
-    examples, report = load_dataset(path, fmt, skip_invalid, source=source)
+    examples, report = load_dataset(path, normalize_format(format), skip_invalid, source=source)
+    fmt = report.format
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     questions_path = out / QUESTIONS_FILE

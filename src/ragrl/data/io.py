@@ -26,6 +26,8 @@ class LoadReport:
 
     path: str
     read: int = 0
+    format: str | None = None
+    """The dataset layout the records were read as (set by ``load_dataset``)."""
     skipped: list[DataError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 

@@ -137,19 +137,23 @@ def load_dataset(
         raise RagrlError(f"{raw.path}: looks like {detected}, not {fmt}; use --format {detected} or auto")
     src = source or SOURCE_NAMES[fmt]
 
+    finish = None
     if fmt in ("hotpotqa", "2wiki"):
-        return run(raw, convert_multihop, skip_invalid=skip_invalid, source=src, finish=finish_multihop)
-    if fmt == "musique":
-        return run(raw, convert_musique, skip_invalid=skip_invalid, source=src, finish=finish_musique)
-    if fmt == "bamboogle":
-        if raw.layout == "csv":
-            converter: Any = BamboogleCsv()
-        elif detected == "flashrag":
-            converter = convert_flashrag
-        else:
-            converter = BamboogleJson()
-        return run(raw, converter, skip_invalid=skip_invalid, source=src)
-    return run(raw, convert_flashrag, skip_invalid=skip_invalid, source=src)
+        converter: Any = convert_multihop
+        finish = finish_multihop
+    elif fmt == "musique":
+        converter, finish = convert_musique, finish_musique
+    elif fmt != "bamboogle":
+        converter = convert_flashrag
+    elif raw.layout == "csv":
+        converter = BamboogleCsv()
+    elif detected == "flashrag":
+        converter = convert_flashrag
+    else:
+        converter = BamboogleJson()
+    examples, report = run(raw, converter, skip_invalid=skip_invalid, source=src, finish=finish)
+    report.format = fmt
+    return examples, report
 
 
 def load_hotpotqa(path: str | Path, *, skip_invalid: bool = False) -> Result:
