@@ -36,9 +36,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ragrl.data.io import iter_jsonl, write_jsonl
 from ragrl.data.schema import Example
@@ -320,18 +319,3 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
             raise DataError(f"not a trajectory record ({e})", path=path, line=line) from None
         out.append(traj)
     return out
-
-
-def trajectory_summary(traj: Trajectory) -> dict[str, Any]:
-    """A small dict for logs: counts and outcomes, no token ids."""
-    return {
-        "example_id": traj.example_id,
-        "finish_reason": traj.finish_reason,
-        "truncated": traj.truncated,
-        "final_answer": traj.final_answer,
-        "searches": traj.num_searches,
-        "invalid": traj.num_invalid,
-        "completion_tokens": len(traj.completion_ids),
-        "policy_tokens": traj.num_policy_tokens,
-        "actions": [asdict(a) for a in traj.actions],
-    }

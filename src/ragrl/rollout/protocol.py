@@ -91,10 +91,6 @@ def last_span_of(text: str, tags: Sequence[str]) -> TagSpan | None:
     return best
 
 
-def has_open_tag(text: str, tag: str) -> bool:
-    return open_tag(tag) in text
-
-
 def strip_tags(text: str, tags: Sequence[str]) -> str:
     """Remove the opening and closing markers of ``tags`` (their content stays)."""
     for tag in tags:
