@@ -18,6 +18,7 @@ from ragrl.eval.cli import eval_command, reward_command
 from ragrl.llm.cli import app as model_app
 from ragrl.metrics.cli import score
 from ragrl.retrieval.cli import index, search, serve
+from ragrl.train.cli import demo, sft, train
 
 app = typer.Typer(
     name="ragrl",
@@ -49,6 +50,9 @@ app.command("search")(search)
 app.command("serve")(serve)
 app.command("eval")(eval_command)
 app.command("reward")(reward_command)
+app.command("train")(train)
+app.command("sft")(sft)
+app.command("demo")(demo)
 
 
 def main(argv: list[str] | None = None) -> None:

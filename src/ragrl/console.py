@@ -24,3 +24,10 @@ def progress(items: Iterable[T], description: str, total: int | None = None) -> 
         for item in items:
             yield item
             bar.advance(task)
+
+
+def progress_bar(*, disable: bool = False) -> Progress:
+    """A rich progress bar on stderr for a loop that updates it by hand (``with progress_bar() as bar``);
+    hidden when stderr is not a terminal."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    return Progress(*columns, console=console, disable=disable or not console.is_terminal)

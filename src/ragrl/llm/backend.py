@@ -40,7 +40,11 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     """Extra stop tokens; the tokenizer's EOS always stops."""
     seed: int | None = None
-    """Seeds the sampling of this call (same prompts + params + seed → same generations)."""
+    """Seeds the sampling of this call (same prompts + params + seed → same generations); prompt ``i``
+    samples with seed ``seed + i``."""
+    seeds: tuple[int, ...] | None = None
+    """One seed per prompt (overrides ``seed``): a prompt then samples the same tokens whatever else is
+    in the call or its position, which keeps rollouts identical when a batch is split across processes."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -51,6 +55,16 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+
+    def prompt_seed(self, i: int, base: int | None = None) -> int | None:
+        """The seed of prompt ``i``: ``seeds[i]``, else ``seed + i`` (``base + i`` when ``seed`` is None
+        and a base is given), else None."""
+        if self.seeds is not None:
+            if i >= len(self.seeds):
+                raise ValueError(f"seeds has {len(self.seeds)} entries, no seed for prompt {i}")
+            return int(self.seeds[i])
+        start = self.seed if self.seed is not None else base
+        return None if start is None else int(start) + i
 
 
 @dataclass

@@ -11,9 +11,10 @@ Batches are LEFT-padded; position ids come from the attention mask (``cumsum - 1
 gets the same logits as alone or right-padded in training (``ragrl.llm.logprobs.token_logprobs``).
 
 Seeds: sequence ``i`` of a call (its index in ``prompts``) samples with its own CPU
-``torch.Generator`` seeded with ``params.seed + i``; one uniform draw per step picks the token by
-inverse CDF. A sequence's result therefore does not depend on the batch size, on the other prompts
-in the call or on the device the model runs on (beyond floating-point differences in the logits).
+``torch.Generator`` seeded with ``params.seeds[i]`` when given, else ``params.seed + i``; one uniform
+draw per step picks the token by inverse CDF. A sequence's result therefore does not depend on the
+batch size, on the other prompts in the call or on the device the model runs on (beyond
+floating-point differences in the logits).
 ``seed=None`` draws the per-call seed from torch's global RNG (so ``torch.manual_seed`` fixes it).
 
 KV caches (growing storage, the prefix cache across rollout turns): see ``ragrl.llm.kv_cache``.
@@ -215,10 +216,12 @@ class TransformersBackend:
                 )
         if not prompts:
             return []
-        if params.seed is None:
+        if params.seeds is not None and len(params.seeds) != len(prompts):
+            raise RagrlError(f"{len(params.seeds)} seeds for {len(prompts)} prompts")
+        base_seed = None
+        if params.seed is None and params.seeds is None:
             base_seed = int(torch.randint(0, 2**62, (1,)).item())
-        else:
-            base_seed = int(params.seed)
+        seeds = [params.prompt_seed(i, base_seed) for i in range(len(prompts))]
         self.prefix_cache.check_weights(self.model)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
@@ -227,7 +230,7 @@ class TransformersBackend:
         try:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                gens = self._generate_batch([prompts[i] for i in idx], [base_seed + i for i in idx], params)
+                gens = self._generate_batch([prompts[i] for i in idx], [seeds[i] for i in idx], params)
                 for i, g in zip(idx, gens, strict=True):
                     results[i] = g
         finally:

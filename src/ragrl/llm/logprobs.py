@@ -25,7 +25,13 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["pad_batch", "position_ids_from_mask", "selective_log_softmax", "token_logprobs"]
+__all__ = [
+    "entropy_from_logits",
+    "pad_batch",
+    "position_ids_from_mask",
+    "selective_log_softmax",
+    "token_logprobs",
+]
 
 _CHUNK_ELEMENTS = 1 << 24
 """Upper bound on the float32 elements held at once by the chunked log-softmax (64 MiB)."""
@@ -149,7 +155,8 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     start: int | None = None,
-) -> torch.Tensor:
+    with_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each token given its prefix: ``out[b, j] = log p_T(input_ids[b, s + j] | prefix)``.
 
     ``s = start`` (default 1), so with the default ``out[b, t]`` scores ``input_ids[b, t + 1]`` and
@@ -157,6 +164,9 @@ def token_logprobs(
     matching the generation backends' convention (a greedy generation's log-probs are recomputed
     with ``temperature=1``). Works for left or right padding (positions come from the mask), under
     ``torch.no_grad`` and with autograd (float32 result; targets at padding are 0).
+
+    ``with_entropy=True`` also returns the entropy of ``p_T`` at each scored position (same shape,
+    detached, 0 at padding): a training diagnostic that costs no extra forward pass.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
@@ -181,4 +191,22 @@ def token_logprobs(
     logits = out.logits[:, -n_keep:-1, :]
     targets = input_ids[:, s:]
     lp = selective_log_softmax(logits, targets, temperature)
-    return torch.where(attention_mask[:, s:].bool(), lp, torch.zeros_like(lp))
+    keep = attention_mask[:, s:].bool()
+    lp = torch.where(keep, lp, torch.zeros_like(lp))
+    if not with_entropy:
+        return lp
+    return lp, torch.where(keep, entropy_from_logits(logits, temperature), torch.zeros_like(lp))
+
+
+@torch.no_grad()
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``H(softmax(logits / T))`` over the last dimension, in float32, chunked over rows like the
+    log-softmax so that a long batch never holds a second full-vocabulary float32 copy."""
+    flat = logits.detach().reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+    rows = max(1, _CHUNK_ELEMENTS // max(flat.shape[1], 1))
+    for i in range(0, flat.shape[0], rows):
+        z = flat[i : i + rows].float() / temperature
+        logp = torch.log_softmax(z, dim=-1)
+        out[i : i + rows] = -(logp.exp() * logp).sum(-1)
+    return out.reshape(logits.shape[:-1])

@@ -449,7 +449,7 @@ def create_tiny_policy(
     model = build_tiny_model(tokenizer, config, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
-    _portable_tokenizer_config(out)
+    portable_tokenizer_config(out)
     model.save_pretrained(out)
     info = {
         "format": "ragrl-tiny/1",
@@ -472,7 +472,7 @@ def create_tiny_policy(
     return out
 
 
-def _portable_tokenizer_config(out: Path) -> None:
+def portable_tokenizer_config(out: Path) -> None:
     """Name the generic fast-tokenizer class (transformers 5 writes ``TokenizersBackend``, unknown to
     4.x; ``PreTrainedTokenizerFast`` loads in both), so ``AutoTokenizer`` never swaps in a
     model-specific class (e.g. LlamaTokenizer) that would rebuild the pipeline from the vocabulary."""

@@ -12,8 +12,9 @@ top_k=0 / top_p     ``top_k=-1`` (vLLM's "off"; 0 is also accepted by recent ver
 stop                ``stop``, ``include_stop_str_in_output=True`` (the text keeps the stop string;
                     the token ids are never cut: vLLM returns every sampled token)
 stop_token_ids      ``stop_token_ids`` (the model's EOS ids stop anyway: ``ignore_eos=False``)
-seed                ``seed + i`` for prompt ``i`` (per-request generators: a sequence's result does
-                    not depend on the rest of the batch, like ``TransformersBackend``)
+seed / seeds        ``seeds[i]`` or ``seed + i`` for prompt ``i`` (per-request generators: a
+                    sequence's result does not depend on the rest of the batch, like
+                    ``TransformersBackend``)
 log-probs           ``logprobs=0`` (only the sampled token's), read from ``logprobs[j][token]``
 (no penalties)      ``repetition/presence/frequency_penalty`` at their neutral values, ``min_p=0``
 ==================  ===================================================================
@@ -154,7 +155,7 @@ class VLLMBackend:
             if len(p) == 0:
                 raise RagrlError(f"prompt {i} is empty")
             requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in p]))
-            seed = None if params.seed is None else int(params.seed) + i
+            seed = params.prompt_seed(i)
             sampling.append(self._vllm.SamplingParams(**vllm_sampling_kwargs(params, seed)))
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         eos = tuple(self.eos_token_ids)

@@ -115,6 +115,8 @@ class Method:
     """A ``ragrl.rollout.engine.RolloutConfig``."""
     reward: Any
     """A ``ragrl.rewards.CompositeReward``."""
+    train: Any = None
+    """A ``ragrl.train.config.TrainConfig`` (the config's ``train:`` section)."""
 
 
 def load_method(

@@ -32,6 +32,7 @@ from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
 from ragrl.rollout.protocol import Protocol, find_spans, last_span_of, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
+from ragrl.train.config import TrainConfig
 
 DEFAULT_USER = (
     "Answer the question below. Reason step by step inside <think> and </think>. Whenever you are missing "
@@ -69,6 +70,7 @@ class SearchR1Config:
     reward: list[dict[str, Any]] = field(default_factory=_default_reward)
     """Weighted reward components (``ragrl.rewards.build_reward``): exact match of the final answer,
     plus an optional format term (weight 0 by default, as in Search-R1's EM recipe)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     @classmethod
     def load(cls, name_or_path: str | Path = "search_r1", overrides: Any = None) -> SearchR1Config:
@@ -188,4 +190,5 @@ def build_method(cfg: Any) -> Method:
         protocol=SearchR1Protocol(config.protocol),
         rollout=config.rollout,
         reward=build_reward(config.reward),
+        train=config.train,
     )

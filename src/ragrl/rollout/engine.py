@@ -89,7 +89,11 @@ class RolloutConfig:
             raise RagrlError(f"rollout: {e}") from None
 
     def sampling(
-        self, max_new_tokens: int, stop: tuple[str, ...] = (), seed: int | None = None
+        self,
+        max_new_tokens: int,
+        stop: tuple[str, ...] = (),
+        seed: int | None = None,
+        seeds: tuple[int, ...] | None = None,
     ) -> SamplingParams:
         return SamplingParams(
             max_new_tokens=max_new_tokens,
@@ -98,6 +102,7 @@ class RolloutConfig:
             top_k=self.top_k,
             stop=tuple(stop),
             seed=seed,
+            seeds=seeds,
         )
 
 
@@ -106,6 +111,15 @@ def turn_seed(seed: int | None, turn: int) -> int | None:
     if seed is None:
         return None
     return (int(seed) * 1_000_003 + turn * 7919 + 17) % (2**31 - 1)
+
+
+def episode_seed(seed: int, turn: int, group: int, sample: int) -> int:
+    """The sampling seed of one episode's turn: a function of the run's seed, the turn, the example's
+    group index and the sample index only, so an episode samples the same tokens whichever other
+    episodes share its generate call (a batch split across processes gives the same rollouts)."""
+    base = turn_seed(seed, turn)
+    assert base is not None
+    return (base * 1_000_033 + group * 65_537 + sample * 257 + 1) % (2**61 - 1)
 
 
 @dataclass
@@ -174,8 +188,15 @@ class RolloutEngine:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(
-        self, examples: Sequence[Example], n: int | None = None, seed: int | None = None
+        self,
+        examples: Sequence[Example],
+        n: int | None = None,
+        seed: int | None = None,
+        *,
+        first_group: int = 0,
     ) -> list[Trajectory]:
+        """Play ``n`` episodes per example. ``first_group`` numbers the groups from that index (a process
+        holding a shard of a larger batch passes its offset, so groups and seeds are global)."""
         cfg = self.config
         n = cfg.n if n is None else n
         if n < 1:
@@ -190,7 +211,7 @@ class RolloutEngine:
                 traj = Trajectory(
                     example_id=ex.id,
                     prompt_ids=list(prompt),
-                    metadata={"group": g, "sample": s, "protocol": self.protocol.name},
+                    metadata={"group": first_group + g, "sample": s, "protocol": self.protocol.name},
                 )
                 episodes.append(_Episode(ex, traj))
 
@@ -223,7 +244,13 @@ class RolloutEngine:
         if not pairs:
             return
         prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep, _ in pairs]
-        params = cfg.sampling(max(a for _, a in pairs), self.protocol.stop, turn_seed(seed, turn))
+        seeds = None
+        if seed is not None:
+            seeds = tuple(
+                episode_seed(seed, turn, ep.traj.metadata["group"], ep.traj.metadata["sample"])
+                for ep, _ in pairs
+            )
+        params = cfg.sampling(max(a for _, a in pairs), self.protocol.stop, turn_seed(seed, turn), seeds)
         t = time.perf_counter()
         gens = self.backend.generate(prompts, params)
         dt = time.perf_counter() - t

@@ -1,0 +1,262 @@
+"""What the GRPO and SFT trainers share: setup on accelerate, the step loop with its progress bar,
+held-out evaluation, checkpoints with exact resume, and the run folder's ``summary.json``.
+
+A subclass implements ``step() -> metrics`` (one optimizer step's worth of work) and says how many
+steps the run has (``total_steps``) and over how many items its sampler draws.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import set_seed
+
+from ragrl.console import console, progress_bar
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.eval.runner import evaluate
+from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.methods import Method
+from ragrl.retrieval.base import Retriever
+from ragrl.train.config import TrainConfig
+from ragrl.train.setup import (
+    MetricsLog,
+    TrainingDiverged,
+    load_policy,
+    make_accelerator,
+    make_optimizer,
+    peak_memory_mb,
+)
+from ragrl.train.state import (
+    PromptSampler,
+    export_policy,
+    list_checkpoints,
+    read_trainer_state,
+    resolve_checkpoint,
+    save_checkpoint,
+)
+
+
+class Trainer:
+    """Base class: subclasses set ``kind`` (the metrics record kind) and implement ``step``."""
+
+    kind = "train"
+
+    def __init__(
+        self,
+        method: Method,
+        config: TrainConfig,
+        *,
+        run_dir: str | Path | None = None,
+        eval_examples: Sequence[Example] | None = None,
+        retriever: Retriever | None = None,
+        accelerator: Any = None,
+        model: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        config.validate()
+        self.method, self.config = method, config
+        self.run_dir = Path(run_dir or config.out)
+        self.acc = accelerator or make_accelerator(config)
+        set_seed(config.seed)
+        if model is None:
+            model, tokenizer = load_policy(config.model, self.acc.device)
+        elif tokenizer is None:
+            raise RagrlError(f"{type(self).__name__}: pass the tokenizer along with a model object")
+        self.tokenizer = tokenizer
+        self.model: Any = model  # replaced by the prepared model in _prepare
+        if eval_examples is None:
+            eval_examples = load_examples(config.data.eval, "train.data.eval") if config.data.eval else []
+        self.eval_examples = list(eval_examples)[: config.data.eval_limit or None]
+        self.retriever = retriever if retriever is not None else load_index(config)
+        self.step_count = 0
+        self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
+        self.evals: list[dict[str, Any]] = []
+
+    def _prepare(self, n_items: int, total_updates: int, lr: float | None = None) -> None:
+        """Optimizer, schedule, accelerate's wrapping, the sampler, and the generation backend."""
+        optim = self.config.optim if lr is None else dataclasses.replace(self.config.optim, lr=lr)
+        optimizer, self.scheduler = make_optimizer(self.model, optim, total_updates)
+        # the scheduler is not prepared: accelerate would step it once per process
+        self.model, self.optimizer = self.acc.prepare(self.model, optimizer)
+        self.sampler = PromptSampler(n_items, self.config.seed)
+        self.acc.register_for_checkpointing(self.scheduler, self.sampler)
+        self.policy = self.acc.unwrap_model(self.model)
+        self.backend = TransformersBackend(
+            self.policy, self.tokenizer, batch_size=self.config.model.generation_batch_size
+        )
+        self.pad_id = self.backend.pad_token_id
+
+    @property
+    def total_steps(self) -> int:
+        return self.config.steps
+
+    def step(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- shared pieces of a step -------------------------------------------------------------------------
+    def global_sum(self, value: float) -> float:
+        """Sum of ``value`` over processes (for the global loss normalizer)."""
+        if self.acc.num_processes == 1:
+            return float(value)
+        t = torch.tensor([float(value)], device=self.acc.device)
+        return float(self.acc.reduce(t, reduction="sum").item())
+
+    def clip_and_check(self) -> float:
+        """Clip the gradient norm; the watchdog stops the run on a NaN/inf norm before the update."""
+        max_norm = self.config.optim.max_grad_norm
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norm = float(self.acc.clip_grad_norm_(params, max_norm if max_norm else float("inf")))
+        if self.config.stop_on_nonfinite and not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            found = list_checkpoints(self.run_dir)
+            last = f"the last good checkpoint is {found[-1]}" if found else "no checkpoint was saved yet"
+            raise TrainingDiverged(
+                f"step {self.step_count + 1}: the gradient norm is {norm} (NaN/inf loss or gradient); the "
+                f"update was not applied and training stopped; {last}. Lower train.optim.lr, check the "
+                "reward for NaN/inf values, or set train.optim.max_grad_norm."
+            )
+        return norm
+
+    def optimizer_step(self) -> float:
+        norm = self.clip_and_check()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    # -- evaluation, checkpoints, the loop ------------------------------------------------------------------
+    def evaluate(self, phase: str) -> dict[str, Any] | None:
+        """Greedy held-out evaluation on the main process, logged as an ``eval`` record."""
+        if not self.eval_examples:
+            return None
+        record = None
+        if self.acc.is_main_process:
+            report = evaluate(
+                self.backend, self.retriever, self.method, self.eval_examples,
+                temperature=self.config.eval_temperature, seed=self.config.seed,
+            )  # fmt: skip
+            s = report.scores
+            values = {
+                "phase": phase,
+                "eval/em": s.get("em", 0.0),
+                "eval/f1": s.get("f1", 0.0),
+                "eval/answer_rate": s.get("answer_rate", 0.0),
+                "eval/searches": s.get("searches_per_question", 0.0),
+                "eval/n": len(self.eval_examples),
+            }
+            record = self.log.log("eval", self.step_count, values)
+            self.evals.append(record)
+            console.print(
+                f"{self.kind} step {self.step_count} held-out EM {values['eval/em']:.3f} "
+                f"(n={len(self.eval_examples)}, {phase})"
+            )
+        self.acc.wait_for_everyone()
+        return record
+
+    def save(self) -> Path:
+        state = {
+            "kind": self.kind,
+            "step": self.step_count,
+            "elapsed_seconds": round(self.log.elapsed(), 3),
+            "seed": self.config.seed,
+            "evals": self.evals,
+        }
+        return save_checkpoint(
+            self.acc, self.run_dir, self.step_count, state, model=self.model, tokenizer=self.tokenizer,
+            keep=self.config.keep_checkpoints,
+        )  # fmt: skip
+
+    def load(self, checkpoint: str | Path) -> Path:
+        """Restore model, optimizer, schedule, sampler position, RNG streams, step and evals."""
+        ckpt = resolve_checkpoint(checkpoint, self.run_dir)
+        state = read_trainer_state(ckpt)
+        if state.get("kind", self.kind) != self.kind:
+            raise RagrlError(f"{ckpt}: a {state.get('kind')} checkpoint cannot resume a {self.kind} run")
+        self.acc.load_state(str(ckpt / "state"))
+        self.step_count = int(state["step"])
+        self.evals = list(state.get("evals", []))
+        self.log.t0 = time.perf_counter() - float(state.get("elapsed_seconds", 0.0))
+        if self.acc.is_main_process:
+            self.log.truncate_after(self.step_count)
+        self.acc.wait_for_everyone()
+        return ckpt
+
+    def train(self, resume: str | Path | None = None, *, until: int | None = None) -> dict[str, Any]:
+        """Run to ``total_steps`` (or stop after step ``until`` with a checkpoint); returns the summary."""
+        cfg = self.config
+        total = self.total_steps
+        if resume is not None:
+            ckpt = self.load(resume)
+            console.print(f"resumed from {ckpt} at step {self.step_count}")
+        elif not self.evals:
+            self.evaluate("before")
+        stop = total if until is None else min(until, total)
+        with progress_bar(disable=not self.acc.is_main_process) as bar:
+            task = bar.add_task(self.kind.upper(), total=total, completed=self.step_count)
+            while self.step_count < stop:
+                metrics = self.step()
+                if cfg.log_every and self.step_count % cfg.log_every == 0:
+                    self.log.log(self.kind, self.step_count, metrics)
+                bar.update(task, advance=1, description=_describe(self.kind, metrics))
+                if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < total:
+                    self.evaluate(self.kind)
+                if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
+                    self.save()
+        if self.step_count >= total:
+            self.evaluate("after")
+        self.save()
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        """Export the policy to ``<run>/policy`` and write ``summary.json``."""
+        summary: dict[str, Any] = {
+            "trainer": self.kind,
+            "method": self.method.name,
+            "model": self.config.model.path,
+            "seed": self.config.seed,
+            "steps": self.step_count,
+            "wall_seconds": round(self.log.elapsed(), 1),
+            "peak_memory_mb": peak_memory_mb(),
+        }
+        if self.evals:
+            before, after = self.evals[0], self.evals[-1]
+            summary.update(
+                em_before=before["eval/em"],
+                em_after=after["eval/em"],
+                em_gain=round(100 * (after["eval/em"] - before["eval/em"]), 2),
+                n_eval=before["eval/n"],
+            )
+        if self.acc.is_main_process:
+            export_policy(self.policy, self.tokenizer, self.run_dir / "policy")
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        self.acc.wait_for_everyone()
+        return summary
+
+
+def _describe(kind: str, metrics: dict[str, Any]) -> str:
+    if "reward" in metrics:
+        return f"{kind.upper()} reward {metrics['reward']:.2f}"
+    return f"{kind.upper()} loss {metrics.get('loss', 0.0):.3f}"
+
+
+def load_examples(path: str, field: str) -> list[Example]:
+    from ragrl.data.io import read_examples
+
+    examples, _ = read_examples(path)
+    if not examples:
+        raise RagrlError(f"{field}: {path} holds no questions")
+    return examples
+
+
+def load_index(config: TrainConfig) -> Retriever | None:
+    from ragrl.retrieval.base import load_retriever
+
+    return load_retriever(config.data.index) if config.data.index else None

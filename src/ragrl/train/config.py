@@ -1,0 +1,151 @@
+"""Training configuration: the ``train:`` section of a method's YAML config.
+
+A method config (``ragrl/methods/configs/<name>.yaml``) describes the agent (protocol, rollout, reward)
+and, under ``train:``, how to train it. ``ragrl train CONFIG.yaml --set train.optim.lr=1e-5`` loads the
+whole file, applies the overrides, validates it against these dataclasses and writes the resolved
+config into the run folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragrl.errors import RagrlError
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapters through peft (``pip install peft``); the reference model is the base with the
+    adapters disabled, so no second copy of the weights is kept."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = None
+    """A local model directory (``from_pretrained``; nothing is downloaded)."""
+    dtype: str = "auto"
+    """Weights dtype: ``auto`` (fp32 on CPU, bf16 on GPU), ``float32``, ``bfloat16``, ``float16``."""
+    gradient_checkpointing: bool = False
+    lora: LoraConfig | None = None
+    generation_batch_size: int = 64
+    """Prompts decoded together by the rollout backend."""
+
+
+@dataclass
+class DataConfig:
+    train: str | None = None
+    """Training questions (canonical FlashRAG jsonl, or any format ``ragrl data convert`` reads)."""
+    eval: str | None = None
+    """Held-out questions for periodic evaluation (optional)."""
+    index: str | None = None
+    """A retriever folder built by ``ragrl index`` (optional for single-turn methods)."""
+    eval_limit: int | None = None
+    """Evaluate on the first N held-out questions only."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    schedule: str = "constant"
+    """``constant``, ``linear`` or ``cosine`` decay after warmup (transformers' schedulers)."""
+    warmup_steps: int = 0
+    max_grad_norm: float | None = 1.0
+
+
+@dataclass
+class GRPOConfig:
+    prompts_per_step: int = 16
+    """Questions per step (global, over all processes); each gets ``rollout.n`` rollouts."""
+    ppo_epochs: int = 1
+    """μ: passes over the step's rollouts."""
+    minibatches: int = 1
+    """Optimizer steps per pass (the rollouts are split into this many minibatches of whole groups)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation within a minibatch); 0 = the whole one."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    advantage: str = "grpo"
+    advantage_params: dict[str, Any] = field(default_factory=dict)
+    kl: str = "k3"
+    kl_coef: float = 0.0
+    """β; 0 disables the KL term and the reference model."""
+    kl_params: dict[str, Any] = field(default_factory=dict)
+    loss_agg: str = "token_mean"
+    loss_agg_constant: float | None = None
+    group_filter: str = "keep_all"
+    group_filter_params: dict[str, Any] = field(default_factory=dict)
+    old_logprobs: str = "auto"
+    """``auto``: π_old = π_θ detached when μ = 1 and one minibatch (one forward pass per sequence),
+    else recomputed by a forward pass before the updates; ``recompute``: always that pass;
+    ``rollout``: the log-probs the generation backend reported."""
+
+
+@dataclass
+class SFTConfig:
+    epochs: int = 1
+    batch_size: int = 16
+    max_steps: int = 0
+    """Stop after this many optimizer steps (0: run all epochs)."""
+    lr: float | None = None
+    """Learning rate for SFT (None: ``train.optim.lr``)."""
+
+
+@dataclass
+class TrainConfig:
+    out: str = "runs/train"
+    seed: int = 0
+    steps: int = 100
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    mixed_precision: str = "no"
+    """accelerate's ``no`` / ``bf16`` / ``fp16`` (GPU); the CPU path stays fp32."""
+    eval_every: int = 0
+    """Held-out evaluation every N steps (0: only before and after training)."""
+    eval_temperature: float = 0.0
+    save_every: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    samples_every: int = 0
+    """Write the first rollout of N steps' batches to ``samples.jsonl`` (0: only the last step)."""
+    stop_on_nonfinite: bool = True
+    """The watchdog: stop with a clear message on a NaN / inf loss or gradient."""
+
+    def validate(self) -> None:
+        g = self.grpo
+        for name, value in (
+            ("train.steps", self.steps),
+            ("train.grpo.prompts_per_step", g.prompts_per_step),
+            ("train.grpo.ppo_epochs", g.ppo_epochs),
+            ("train.grpo.minibatches", g.minibatches),
+            ("train.sft.batch_size", self.sft.batch_size),
+        ):
+            if value < 1:
+                raise RagrlError(f"{name} must be >= 1, got {value}")
+        if g.prompts_per_step % g.minibatches:
+            raise RagrlError(
+                f"train.grpo.prompts_per_step ({g.prompts_per_step}) must be a multiple of "
+                f"train.grpo.minibatches ({g.minibatches}): minibatches hold whole groups"
+            )
+        if g.old_logprobs not in ("auto", "recompute", "rollout"):
+            raise RagrlError(
+                f"train.grpo.old_logprobs must be auto|recompute|rollout, got {g.old_logprobs!r}"
+            )
+        if self.mixed_precision not in ("no", "bf16", "fp16"):
+            raise RagrlError(f"train.mixed_precision must be no|bf16|fp16, got {self.mixed_precision!r}")
+        if self.optim.schedule not in ("constant", "linear", "cosine"):
+            raise RagrlError(
+                f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"
+            )

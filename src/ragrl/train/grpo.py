@@ -1,0 +1,318 @@
+"""The GRPO trainer: rewarded rollouts update the policy (on ``accelerate``).
+
+One step, top to bottom (``GRPOTrainer.step``):
+
+1. take this process's share of the step's questions (whole groups: a group never straddles processes);
+2. roll each out ``G = rollout.n`` times with the current policy (the multi-turn engine, seeded by step);
+3. score every rollout with the method's reward (named, weighted components, each logged);
+4. group advantages (``algos`` registry) and the group filter;
+5. π_old and π_ref log-probs where the config needs them;
+6. ``ppo_epochs`` passes of minibatch updates: PPO-clip (+ β·KL) aggregated over the *global*
+   minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf watchdog;
+7. diagnostics into ``metrics.jsonl``.
+
+Losses are scaled so that ``accelerate launch --num_processes N`` computes the same update as one
+process: each process divides its token (or sequence) sum by the global count, and DDP's gradient
+average is undone by the factor N (see ``_update``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+
+from ragrl.algos import compute_advantages, get_filter, group_stats, policy_loss
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.eval.runner import rollout_stats
+from ragrl.llm.logprobs import token_logprobs
+from ragrl.methods import Method
+from ragrl.rewards.registry import RewardContext
+from ragrl.rollout.engine import RolloutEngine
+from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.base import Trainer, load_examples
+from ragrl.train.batch import SequenceBatch, sequence_batch
+from ragrl.train.config import TrainConfig
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The rollout seed of a step: a function of the run's seed and the step only."""
+    return (int(seed) * 1_000_003 + int(step) * 9_973 + 7) % (2**31 - 1)
+
+
+class GRPOTrainer(Trainer):
+    """GRPO for any method (its protocol, rollout settings and reward) on a local causal LM.
+
+    Components not passed in are loaded from ``config`` (``train.model.path``, ``train.data.*``).
+    """
+
+    kind = "train"
+
+    def __init__(
+        self,
+        method: Method,
+        config: TrainConfig,
+        *,
+        train_examples: Sequence[Example] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(method, config, **kwargs)
+        if train_examples is None:
+            if not config.data.train:
+                raise RagrlError("train.data.train: no training questions given")
+            train_examples = load_examples(config.data.train, "train.data.train")
+        self.train_examples = list(train_examples)
+        g = config.grpo
+        world = self.acc.num_processes
+        if g.prompts_per_step % (world * g.minibatches):
+            raise RagrlError(
+                f"train.grpo.prompts_per_step ({g.prompts_per_step}) must be a multiple of the number of "
+                f"processes × minibatches ({world} × {g.minibatches}): every process holds whole groups"
+            )
+        self.ref_model = None
+        if g.kl_coef != 0.0 and config.model.lora is None:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
+        self.engine = RolloutEngine(self.backend, self.retriever, method.protocol, method.rollout)
+
+    # -- the step -------------------------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        """One GRPO step; returns its metrics (already reduced over processes)."""
+        cfg, g = self.config, self.config.grpo
+        t0 = time.perf_counter()
+
+        # 1. this process's questions: a contiguous share of the step's global batch
+        per_process = g.prompts_per_step // self.acc.num_processes
+        first_group = self.acc.process_index * per_process
+        indices = self.sampler.take(g.prompts_per_step)[first_group : first_group + per_process]
+        examples = [self.train_examples[i] for i in indices]
+
+        # 2. G rollouts per question with the current policy
+        rollouts = self.engine.run(
+            examples, seed=step_seed(cfg.seed, self.step_count), first_group=first_group
+        )
+        t_rollout = time.perf_counter() - t0
+
+        # 3. rewards, each named component kept for logging
+        ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)
+        results = [self.method.reward(t, examples[t.metadata["group"] - first_group], ctx) for t in rollouts]
+        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
+        group_ids = torch.tensor([t.metadata["group"] for t in rollouts])
+
+        # 4. advantages within each group; the filter drops groups that teach nothing
+        advantages = compute_advantages(g.advantage, rewards, group_ids, **g.advantage_params)
+        keep = get_filter(g.group_filter)(rewards, group_ids, **g.group_filter_params)
+        for t, r, a in zip(rollouts, results, advantages.tolist(), strict=True):
+            t.metadata.update(reward=r.total, rewards=r.components, advantage=a, step=self.step_count)
+
+        # 5-6. the policy update
+        kept = [i for i in range(len(rollouts)) if keep[i]]
+        update = self._update([rollouts[i] for i in kept], advantages[kept], group_ids[kept])
+
+        # 7. diagnostics, reduced over processes
+        self.step_count += 1
+        metrics = self._step_metrics(rollouts, results, rewards, group_ids, keep, update)
+        metrics["rollout_seconds"] = round(t_rollout, 3)
+        metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
+        self._maybe_write_samples(rollouts)
+        return metrics
+
+    def _update(
+        self, rollouts: list[Trajectory], advantages: torch.Tensor, group_ids: torch.Tensor
+    ) -> dict[str, float]:
+        """μ passes of minibatch updates over the kept rollouts; returns the update's metrics."""
+        g = self.config.grpo
+        temperature = self.method.rollout.temperature or 1.0
+        minibatches = self._minibatches(rollouts, advantages, group_ids, temperature)
+        by_tokens = g.loss_agg == "token_mean"  # otherwise the loss is a mean over sequences
+        stats = _Averages()
+        for epoch in range(g.ppo_epochs):
+            for mb in minibatches:
+                # normalise by the global minibatch, so N processes compute one process's update
+                global_units = self.global_sum(sum(b.num_tokens if by_tokens else len(b) for b, _ in mb))
+                if not mb:  # nothing of this minibatch here: still join the gradient all-reduce
+                    self.acc.backward(self._zero_loss())
+                for k, (b, adv) in enumerate(mb):
+                    last = k == len(mb) - 1  # gradients are synchronised on the last micro-batch only
+                    with nullcontext() if last else self.acc.no_sync(self.model):
+                        logp, entropy = self._logprobs(self.model, b, temperature, with_entropy=True)
+                        loss, m = policy_loss(
+                            logp, b.old_logprobs, adv, b.loss_mask, ref_logp=b.ref_logprobs,
+                            eps_low=g.clip_low, eps_high=g.clip_high, beta=g.kl_coef, kl=g.kl,
+                            kl_params=g.kl_params, agg=g.loss_agg, constant=g.loss_agg_constant,
+                        )  # fmt: skip
+                        units = b.num_tokens if by_tokens else len(b)
+                        scale = units / max(global_units, 1) * self.acc.num_processes
+                        self.acc.backward(loss * scale)
+                    # this process's share of the minibatch loss, × N (the mean over processes is the loss)
+                    stats.add(
+                        "loss", float(m["loss"]) * scale / (g.ppo_epochs * len(minibatches)), 1.0, sum_=True
+                    )
+                    for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "approx_kl", "kl"):
+                        if name in m:
+                            stats.add(name, float(m[name]), b.num_tokens)
+                    if epoch == 0:
+                        stats.add(
+                            "entropy",
+                            float((entropy * b.loss_mask).sum()) / max(b.num_tokens, 1),
+                            b.num_tokens,
+                        )
+                stats.add("grad_norm", self.optimizer_step(), 1.0)
+        return stats.result()
+
+    def _minibatches(
+        self,
+        rollouts: list[Trajectory],
+        advantages: torch.Tensor,
+        group_ids: torch.Tensor,
+        temperature: float,
+    ) -> list[list[tuple[SequenceBatch, torch.Tensor]]]:
+        """Split the rollouts into minibatches of whole groups and those into micro-batches of tensors,
+        with π_old (when it is not π_θ detached) and π_ref (when there is a KL term) attached."""
+        g = self.config.grpo
+        dev = self.acc.device
+        recompute = g.old_logprobs == "recompute" or (
+            g.old_logprobs == "auto" and (g.ppo_epochs > 1 or g.minibatches > 1)
+        )
+        out = []
+        for mb in _split_groups(group_ids.tolist(), g.minibatches):
+            micro_batches = []
+            for rows in _chunks(mb, g.micro_batch_size):
+                b = sequence_batch([rollouts[i] for i in rows], self.pad_id, dev)
+                with torch.no_grad():
+                    if recompute:
+                        b.old_logprobs = self._logprobs(self.model, b, temperature)
+                    elif g.old_logprobs == "rollout":
+                        b.old_logprobs = b.rollout_logprobs
+                    if g.kl_coef:
+                        b.ref_logprobs = self._ref_logprobs(b, temperature)
+                micro_batches.append((b, advantages[rows].to(dev)))
+            out.append(micro_batches)
+        return out
+
+    # -- pieces of the update -------------------------------------------------------------------------
+    def _logprobs(self, model: Any, b: SequenceBatch, temperature: float, with_entropy: bool = False) -> Any:
+        with self.acc.autocast():
+            return token_logprobs(
+                model,
+                b.input_ids,
+                b.attention_mask,
+                temperature=temperature,
+                start=b.start,
+                with_entropy=with_entropy,
+            )
+
+    def _ref_logprobs(self, b: SequenceBatch, temperature: float) -> torch.Tensor:
+        if self.ref_model is not None:
+            return self._logprobs(self.ref_model, b, temperature)
+        with self.policy.disable_adapter():  # LoRA: the base model is the reference
+            return self._logprobs(self.model, b, temperature)
+
+    def _zero_loss(self) -> torch.Tensor:
+        ids = torch.tensor([[self.pad_id, self.pad_id]], device=self.acc.device)
+        return token_logprobs(self.model, ids).sum() * 0.0
+
+    # -- metrics ---------------------------------------------------------------------------------------
+    def _step_metrics(self, rollouts, results, rewards, group_ids, keep, update) -> dict[str, Any]:  # noqa: ANN001
+        stats = rollout_stats(rollouts)
+        rows = [
+            {
+                "reward": r.total,
+                **{f"reward/{k}": v for k, v in r.components.items()},
+                **s,
+                "group": int(gid),
+                "kept": bool(k),
+            }
+            for r, s, gid, k in zip(results, stats, group_ids.tolist(), keep.tolist(), strict=True)
+        ]
+        rows = gather_object(rows) if self.acc.num_processes > 1 else rows
+        update = _mean_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
+        all_rewards = torch.tensor([r["reward"] for r in rows])
+        groups = group_stats(all_rewards, torch.tensor([r["group"] for r in rows]))
+        out: dict[str, Any] = {"reward": _avg(rows, "reward")}
+        for key in self.method.reward.keys:
+            out[f"reward/{key}"] = _avg(rows, f"reward/{key}")
+        out.update(
+            group_reward_std=groups["reward_std_in_group"],
+            zero_variance_frac=groups["zero_variance_share"],
+            kept_frac=_avg(rows, "kept"),
+            response_len=_avg(rows, "policy_tokens"),
+            searches=_avg(rows, "searches"),
+            answer_rate=_avg(rows, "answered"),
+            invalid_actions=_avg(rows, "invalid_actions"),
+            truncation_rate=_avg(rows, "truncated"),
+            lr=self.scheduler.get_last_lr()[0],
+        )
+        out.update(update)
+        return out
+
+    def _maybe_write_samples(self, rollouts: list[Trajectory]) -> None:
+        every = self.config.samples_every
+        last = self.step_count == self.config.steps
+        if not self.acc.is_main_process or not (last or (every and self.step_count % every == 0)):
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with (self.run_dir / "samples.jsonl").open("a", encoding="utf-8") as f:
+            for t in rollouts[: self.method.rollout.n]:  # the first group
+                f.write(json.dumps(t.to_dict()) + "\n")
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+
+
+def _split_groups(group_ids: list[int], parts: int) -> list[list[int]]:
+    """Split row indices ``0..len(group_ids)-1`` into ``parts`` minibatches of whole groups (in group
+    order; a minibatch may be empty on a process whose groups were all filtered out)."""
+    order = list(dict.fromkeys(group_ids))
+    per = math.ceil(len(order) / parts) if order else 0
+    out = []
+    for p in range(parts):
+        chosen = set(order[p * per : (p + 1) * per])
+        out.append([i for i, gid in enumerate(group_ids) if gid in chosen])
+    return out
+
+
+class _Averages:
+    """Weighted means of per-micro-batch metrics (``sum_=True``: a plain sum)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.plain: set[str] = set()
+
+    def add(self, name: str, value: float, weight: float, *, sum_: bool = False) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + value * weight
+        self.weights[name] = self.weights.get(name, 0.0) + weight
+        if sum_:
+            self.plain.add(name)
+
+    def result(self) -> dict[str, float]:
+        return {
+            k: v if k in self.plain else (v / self.weights[k] if self.weights[k] else 0.0)
+            for k, v in self.sums.items()
+        }
+
+
+def _chunks(items: list[int], size: int) -> list[list[int]]:
+    if not items:
+        return []
+    size = size or len(items)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _avg(rows: list[dict[str, Any]], key: str) -> float:
+    values = [float(r[key]) for r in rows if key in r]
+    return math.fsum(values) / len(values) if values else 0.0
+
+
+def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for d in dicts for k in d}
+    return {k: _avg(dicts, k) for k in sorted(keys)}

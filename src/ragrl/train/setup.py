@@ -1,0 +1,143 @@
+"""Shared by the GRPO and SFT trainers: the accelerator, the policy, the optimizer and schedule, the
+metrics log. Distribution, mixed precision and device placement are accelerate's; nothing here is a
+re-implementation of them."""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ragrl.errors import RagrlError
+from ragrl.train.config import ModelConfig, OptimConfig, TrainConfig
+
+
+class TrainingDiverged(RagrlError):
+    """The watchdog stopped the run: a loss or gradient was NaN or infinite."""
+
+
+def make_accelerator(config: TrainConfig) -> Any:
+    """An ``accelerate.Accelerator`` for the config; ``accelerate launch`` decides the processes."""
+    from accelerate import Accelerator
+
+    mp = config.mixed_precision
+    if mp != "no" and not torch.cuda.is_available():
+        mp = "no"  # the CPU path stays fp32
+    return Accelerator(mixed_precision=mp)
+
+
+def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
+    """The trainable policy and its tokenizer from a local folder, with LoRA and gradient checkpointing
+    applied as configured."""
+    from transformers import AutoTokenizer
+
+    from ragrl.llm.hf_backend import _load, resolve_dtype
+
+    if not config.path:
+        raise RagrlError("train.model.path: no model given (a local model folder, e.g. `ragrl model tiny`)")
+    path = Path(config.path)
+    if not path.is_dir():
+        raise RagrlError(f"train.model.path: {path} is not a local model folder")
+    dtype = resolve_dtype(config.dtype, device)
+    model = _load(path, dtype).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if config.lora is not None:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise RagrlError("train.model.lora needs peft: pip install 'ragrl[lora]'") from None
+        lora = config.lora
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    model.train()
+    return model, tokenizer
+
+
+def make_optimizer(model: Any, config: OptimConfig, total_steps: int) -> tuple[Any, Any]:
+    """AdamW over the trainable parameters and a transformers LR schedule with linear warmup."""
+    from transformers import get_scheduler
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise RagrlError("the model has no trainable parameters")
+    optimizer = torch.optim.AdamW(
+        params, lr=config.lr, betas=tuple(config.betas), eps=config.eps, weight_decay=config.weight_decay
+    )
+    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[config.schedule]
+    scheduler = get_scheduler(
+        name, optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=max(total_steps, 1)
+    )
+    return optimizer, scheduler
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (MiB), plus the CUDA peak when on a GPU."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    mb = rss / 1024 if sys.platform != "darwin" else rss / 2**20
+    if torch.cuda.is_available():
+        mb += torch.cuda.max_memory_allocated() / 2**20
+    return round(mb, 1)
+
+
+def all_finite(*values: float | torch.Tensor) -> bool:
+    return all(math.isfinite(float(v)) for v in values)
+
+
+class MetricsLog:
+    """``metrics.jsonl`` of a run: one JSON object per record (``kind``, ``step``, ``time`` + values),
+    appended and flushed as it goes, written by the main process only."""
+
+    def __init__(self, path: Path, *, enabled: bool = True, start_time: float = 0.0) -> None:
+        self.path = path
+        self.enabled = enabled
+        self.t0 = time.perf_counter() - start_time
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past ``step`` (what a resumed run will log again)."""
+        if not self.enabled or not self.path.is_file():
+            return
+        keep = [
+            line
+            for line in self.path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        self.path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+    def log(self, kind: str, step: int, values: dict[str, Any]) -> dict[str, Any]:
+        record = {"kind": kind, "step": step, "time": round(self.elapsed(), 3)}
+        record.update({k: _plain(v) for k, v in values.items()})
+        self.last[kind] = record
+        if self.enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        return record
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        v = v.item()
+    if isinstance(v, float):
+        return round(v, 6) if math.isfinite(v) else str(v)
+    return v

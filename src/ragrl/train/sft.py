@@ -1,0 +1,100 @@
+"""SFT warm start: maximise the log-likelihood of demonstration trajectories, on policy tokens only.
+
+Demonstrations are ``Trajectory`` records (any trajectory jsonl, or the synthetic world's
+demonstrators played through the method's protocol by ``demonstration_trajectories``); their
+environment tokens (retrieved passages) are context, never targets. The loss is the token mean of
+``-log π(token)`` over the policy tokens of the global batch. Checkpoints, logging, held-out
+evaluation and resume are the same as GRPO's (``ragrl.train.base.Trainer``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.llm.logprobs import token_logprobs
+from ragrl.methods import Method
+from ragrl.rollout.engine import RolloutEngine
+from ragrl.rollout.scripted import DemonstratorBackend
+from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.base import Trainer
+from ragrl.train.batch import sequence_batch
+from ragrl.train.config import TrainConfig
+
+
+def demonstration_trajectories(
+    method: Method, tokenizer: Any, demonstrator: Any, examples: Sequence[Example], retriever: Any
+) -> list[Trajectory]:
+    """Play a demonstrator (``next_turn(example, history) -> text``) through the method's protocol and
+    the real retriever, tokenized with the policy's tokenizer: SFT data in the exact token layout the
+    policy will see in its own rollouts."""
+    backend = DemonstratorBackend.for_examples(tokenizer, demonstrator, examples, method.protocol)
+    engine = RolloutEngine(backend, retriever, method.protocol, method.rollout)
+    return engine.run(list(examples), n=1, seed=0)
+
+
+class SFTTrainer(Trainer):
+    kind = "sft"
+
+    def __init__(
+        self, method: Method, config: TrainConfig, demonstrations: Sequence[Trajectory], **kwargs: Any
+    ) -> None:
+        super().__init__(method, config, **kwargs)
+        self.demonstrations = [t for t in demonstrations if t.num_policy_tokens > 0]
+        if not self.demonstrations:
+            raise RagrlError("SFT: no demonstration has a policy token to learn from")
+        world = self.acc.num_processes
+        if config.sft.batch_size % world:
+            raise RagrlError(
+                f"train.sft.batch_size ({config.sft.batch_size}) must be a multiple of the number of "
+                f"processes ({world})"
+            )
+        self._prepare(len(self.demonstrations), self.total_steps, lr=config.sft.lr)
+
+    @property
+    def total_steps(self) -> int:
+        s = self.config.sft
+        per_epoch = math.ceil(len(self.demonstrations) / s.batch_size)
+        return s.max_steps if s.max_steps else s.epochs * per_epoch
+
+    def step(self) -> dict[str, Any]:
+        cfg = self.config
+        t0 = time.perf_counter()
+        # this process's share of the global batch
+        per_process = cfg.sft.batch_size // self.acc.num_processes
+        first = self.acc.process_index * per_process
+        indices = self.sampler.take(cfg.sft.batch_size)[first : first + per_process]
+        rows = [self.demonstrations[i] for i in indices]
+        micro = cfg.grpo.micro_batch_size or len(rows)
+        chunks = [rows[i : i + micro] for i in range(0, len(rows), micro)]
+        batches = [sequence_batch(c, self.pad_id, self.acc.device) for c in chunks]
+        global_tokens = self.global_sum(sum(b.num_tokens for b in batches))
+        loss_sum = 0.0
+        for k, b in enumerate(batches):
+            with nullcontext() if k == len(batches) - 1 else self.acc.no_sync(self.model):
+                with self.acc.autocast():
+                    logp = token_logprobs(self.model, b.input_ids, b.attention_mask, start=b.start)
+                # token mean over the global batch: this process's sum / global count, × N for DDP's mean
+                loss = -(logp * b.loss_mask).sum() / max(global_tokens, 1) * self.acc.num_processes
+                self.acc.backward(loss)
+            loss_sum += float(loss.detach())
+        grad_norm = self.optimizer_step()
+        self.step_count += 1
+        local = torch.tensor([loss_sum], device=self.acc.device)
+        loss_value = (
+            float(self.acc.reduce(local, reduction="mean")) if self.acc.num_processes > 1 else loss_sum
+        )
+        return {
+            "loss": loss_value,
+            "tokens": int(global_tokens),
+            "grad_norm": grad_norm,
+            "lr": self.scheduler.get_last_lr()[0],
+            "step_seconds": round(time.perf_counter() - t0, 3),
+        }
