@@ -228,8 +228,11 @@ def train_tokenizer(
         raise RagrlError(f"vocab_size {vocab_size} is too small for a {kind} tokenizer with {len(tags)} tags")
 
     def all_texts() -> Iterator[str]:
+        from ragrl.data.synth.demonstrators import demonstrator_texts
+
         yield _INSTRUCTION_TEXT
         yield from method_prompt_texts()
+        yield from demonstrator_texts()  # what a warm start on demonstrations will teach it to write
         yield from texts
 
     train = _train_word if kind == "word" else _train_bpe

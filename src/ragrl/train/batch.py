@@ -48,6 +48,9 @@ def sequence_batch(
 ) -> SequenceBatch:
     if not trajectories:
         raise ValueError("sequence_batch needs at least one trajectory")
+    for t in trajectories:
+        if not t.prompt_ids:
+            raise ValueError(f"trajectory of example {t.example_id!r} has an empty prompt")
     rows = [t.prompt_ids + t.completion_ids for t in trajectories]
     input_ids, attention_mask = pad_batch(rows, pad_id, "right")
     start = max(1, min(len(t.prompt_ids) for t in trajectories))

@@ -131,9 +131,19 @@ class TrainConfig:
             ("train.grpo.ppo_epochs", g.ppo_epochs),
             ("train.grpo.minibatches", g.minibatches),
             ("train.sft.batch_size", self.sft.batch_size),
+            ("train.sft.epochs", self.sft.epochs),
         ):
             if value < 1:
                 raise RagrlError(f"{name} must be >= 1, got {value}")
+        for name, value in (
+            ("train.optim.warmup_steps", self.optim.warmup_steps),
+            ("train.grpo.micro_batch_size", g.micro_batch_size),
+            ("train.sft.max_steps", self.sft.max_steps),
+            ("train.eval_every", self.eval_every),
+            ("train.save_every", self.save_every),
+        ):
+            if value < 0:
+                raise RagrlError(f"{name} must be >= 0, got {value}")
         if g.prompts_per_step % g.minibatches:
             raise RagrlError(
                 f"train.grpo.prompts_per_step ({g.prompts_per_step}) must be a multiple of "

@@ -45,7 +45,7 @@ def run_demo(
     from ragrl.data.io import read_corpus, read_examples
     from ragrl.data.synth.demonstrators import HeuristicDemonstrator, simulate
     from ragrl.data.synth.generate import generate_world
-    from ragrl.llm.tiny import create_tiny_policy, method_prompt_texts
+    from ragrl.llm.tiny import create_tiny_policy
     from ragrl.metrics.answer import exact_match
     from ragrl.retrieval.bm25 import BM25Retriever
     from ragrl.train.grpo import GRPOTrainer
@@ -71,7 +71,7 @@ def run_demo(
     retriever.save(world_dir / "bm25")
 
     # 2. the tiny policy
-    create_tiny_policy(world_dir, out / "tiny-policy", seed=seed, extra_texts=method_prompt_texts())
+    create_tiny_policy(world_dir, out / "tiny-policy", seed=seed)
 
     base = [
         f"train.seed={seed}",

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ragrl.errors import RagrlError
@@ -117,11 +118,14 @@ class MetricsLog:
         """Drop records past ``step`` (what a resumed run will log again)."""
         if not self.enabled or not self.path.is_file():
             return
-        keep = [
-            line
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step
-        ]
+        keep = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line torn by the crash being resumed from
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                keep.append(line)
         self.path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
 
     def log(self, kind: str, step: int, values: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +140,7 @@ class MetricsLog:
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, torch.Tensor):
+    if isinstance(v, torch.Tensor | np.generic):
         v = v.item()
     if isinstance(v, float):
         return round(v, 6) if math.isfinite(v) else str(v)

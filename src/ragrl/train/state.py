@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,12 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
-    found = [p for p in root.glob("step-*") if (p / "trainer_state.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+    found = []
+    for p in root.iterdir():
+        m = re.fullmatch(r"step-(\d+)", p.name)  # a leftover "step-N.tmp" is a half-written checkpoint
+        if m and p.is_dir() and (p / "trainer_state.json").is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
 
 
 def resolve_checkpoint(resume: str | Path, run_dir: str | Path) -> Path:

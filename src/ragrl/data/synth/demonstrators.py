@@ -50,6 +50,18 @@ _TAG_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _YEAR_RE = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 
 
+def demonstrator_texts() -> list[str]:
+    """The fixed phrases the demonstrators write (their thoughts), for a tokenizer's training texts: a
+    policy warm-started on demonstrations should be able to spell every word of them."""
+    return [
+        "To answer this I first need: I found it. Next I need: So the answer is",
+        "The documents do not contain the fact I need.",
+        "I know it.",
+        "Let me search for the question.",
+        "I will answer from the retrieved documents.",
+    ]
+
+
 def search_turn(thought: str, query: str) -> str:
     return f"{THINK_OPEN} {thought} {THINK_CLOSE}\n{SEARCH_OPEN} {query} {SEARCH_CLOSE}"
 

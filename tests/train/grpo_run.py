@@ -1,0 +1,61 @@
+"""A small GRPO run on the test world, as a script: ``python grpo_run.py WORLD OUT.pt [STEPS]`` or
+under ``accelerate launch --cpu --num_processes 2``. Writes the policy's state dict after STEPS steps
+(default 1) to OUT.pt, from the main process. Used by test_grpo.py to compare 1 and 2 processes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from ragrl.methods import load_method
+from ragrl.rewards import build_reward
+from ragrl.rewards.registry import REWARDS, register_reward
+from ragrl.train.grpo import GRPOTrainer
+
+if "distinct_tokens" not in REWARDS.names():
+
+    @register_reward("distinct_tokens")
+    def distinct_tokens(trajectory, example, ctx) -> float:  # noqa: ANN001
+        """A reward that varies within every group of an untrained policy (so updates happen)."""
+        ids = [t for s in trajectory.segments if s.kind == "policy" for t in s.token_ids]
+        return len(set(ids)) / 16.0
+
+
+def small_method(world: Path, run_dir: Path, *extra: str):  # noqa: ANN201
+    method = load_method(
+        "search_r1-tiny",
+        [
+            f"train.model.path={world / 'model'}",
+            f"train.data.train={world / 'train.jsonl'}",
+            f"train.data.index={world / 'bm25'}",
+            f"train.out={run_dir}",
+            "train.steps=3",
+            "train.grpo.prompts_per_step=4",
+            "train.grpo.group_filter=keep_all",
+            "train.grpo.micro_batch_size=6",
+            "train.optim.lr=1e-3",
+            "train.optim.warmup_steps=0",
+            "train.eval_every=0",
+            "rollout.n=4",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens=12",
+            "rollout.temperature=1.0",
+            *extra,
+        ],
+    )
+    method.reward = build_reward([{"name": "distinct_tokens", "weight": 1.0}, {"name": "em", "weight": 0.5}])
+    return method
+
+
+if __name__ == "__main__":
+    world, out = Path(sys.argv[1]), Path(sys.argv[2])
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    method = small_method(world, out.parent / "run", *sys.argv[4:])
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    for _ in range(steps):
+        trainer.step()
+    if trainer.acc.is_main_process:
+        torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
+    trainer.acc.wait_for_everyone()

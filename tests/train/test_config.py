@@ -1,0 +1,99 @@
+"""TrainConfig.validate and the train: section of the packaged method configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ragrl.errors import RagrlError
+from ragrl.methods import load_method
+from ragrl.train.config import TrainConfig
+
+
+def test_defaults_validate() -> None:
+    TrainConfig().validate()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"grpo.prompts_per_step": 16, "grpo.minibatches": 4, "grpo.ppo_epochs": 2},
+        {"mixed_precision": "bf16", "optim.schedule": "cosine", "grpo.old_logprobs": "rollout"},
+        {"mixed_precision": "fp16", "optim.schedule": "linear", "grpo.old_logprobs": "recompute"},
+        {"steps": 1, "grpo.prompts_per_step": 1, "sft.batch_size": 1},
+    ],
+)
+def test_valid_settings(settings: dict[str, Any]) -> None:
+    _set(TrainConfig(), settings).validate()
+
+
+def _set(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
+    for dotted, value in settings.items():
+        *parents, leaf = dotted.split(".")
+        obj: Any = cfg
+        for p in parents:
+            obj = getattr(obj, p)
+        setattr(obj, leaf, value)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        ({"steps": 0}, "train.steps"),
+        ({"steps": -3}, "train.steps"),
+        ({"grpo.prompts_per_step": 0}, "train.grpo.prompts_per_step"),
+        ({"grpo.ppo_epochs": 0}, "train.grpo.ppo_epochs"),
+        ({"grpo.minibatches": 0}, "train.grpo.minibatches"),  # not a ZeroDivisionError
+        ({"sft.batch_size": 0}, "train.sft.batch_size"),
+        ({"grpo.prompts_per_step": 16, "grpo.minibatches": 3}, "train.grpo.minibatches"),
+        ({"grpo.old_logprobs": "x"}, "train.grpo.old_logprobs"),
+        ({"mixed_precision": "fp8"}, "train.mixed_precision"),
+        ({"optim.schedule": "exp"}, "train.optim.schedule"),
+    ],
+)
+def test_invalid_settings_name_the_field(settings: dict[str, Any], field: str) -> None:
+    cfg = _set(TrainConfig(), settings)
+    with pytest.raises(RagrlError) as e:
+        cfg.validate()
+    assert field in str(e.value)
+    for value in settings.values():
+        if isinstance(value, str):
+            assert repr(value) in str(e.value)  # the bad value is shown
+
+
+def test_packaged_tiny_config() -> None:
+    m = load_method("search_r1-tiny")
+    train = m.train
+    assert isinstance(train, TrainConfig)
+    train.validate()
+    assert train.grpo.prompts_per_step == 16
+    assert train.grpo.group_filter == "drop_zero_variance"
+    assert train.optim.lr == pytest.approx(2e-4)
+    assert train.optim.warmup_steps == 5
+    assert train.steps == 120
+    assert m.rollout.n == 8
+    assert m.rollout.temperature == 0.5
+
+
+def test_overrides_reach_the_train_config() -> None:
+    m = load_method("search_r1-tiny", ["train.optim.lr=1e-5", "train.grpo.ppo_epochs=2", "rollout.n=4"])
+    assert m.train.optim.lr == pytest.approx(1e-5)
+    assert isinstance(m.train.optim.lr, float)
+    assert m.train.grpo.ppo_epochs == 2
+    assert m.rollout.n == 4
+    # loading checks keys and types; validate() checks the values
+    m = load_method("search_r1-tiny", ["train.grpo.minibatches=3"])
+    with pytest.raises(RagrlError, match="train.grpo.minibatches"):
+        m.train.validate()
+
+
+def test_unknown_key_is_an_error_naming_it() -> None:
+    with pytest.raises(RagrlError, match="train.grpo.nope"):
+        load_method("search_r1-tiny", ["train.grpo.nope=1"])
+
+
+def test_wrong_type_is_an_error_naming_the_key() -> None:
+    with pytest.raises(RagrlError, match="train.steps"):
+        load_method("search_r1-tiny", ["train.steps=abc"])
