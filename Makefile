@@ -18,11 +18,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job. Until `ragrl demo` (training) exists it runs the quick-start: the embedded synthetic
-# world end to end (world -> BM25 index -> tiny policy -> evaluation of the oracle and heuristic
-# demonstrators and the untrained policy), then retrieval on real HotpotQA data when ../shared is there.
-demo: quickstart
+# The main job: `ragrl demo` on the embedded defaults (synthetic world -> tiny policy -> SFT warm start
+# -> GRPO -> held-out EM before/after; run folder runs/demo with report.md and summary.json).
+demo: $(STAMP)
+	$(BIN)/ragrl demo --out runs/demo --force
 
+# The quick-start: the pieces without training (world -> BM25 index -> tiny policy -> evaluation of
+# the oracle and heuristic demonstrators and the untrained policy), then retrieval on real HotpotQA
+# data when ../shared is there.
 Q := runs/quickstart
 quickstart: $(STAMP)
 	rm -rf $(Q)
@@ -58,6 +61,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/retrieval_throughput.py
 	$(BIN)/python benchmarks/retrieval_recall.py
 	$(BIN)/python benchmarks/rollout_overhead.py
+	$(BIN)/python benchmarks/grpo_vs_trl.py
+	$(BIN)/python benchmarks/demo_learning.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -72,7 +72,7 @@ def test_packaged_tiny_config() -> None:
     assert train.grpo.group_filter == "drop_zero_variance"
     assert train.optim.lr == pytest.approx(2e-4)
     assert train.optim.warmup_steps == 5
-    assert train.steps == 120
+    assert train.steps == 40
     assert m.rollout.n == 8
     assert m.rollout.temperature == 0.5
 

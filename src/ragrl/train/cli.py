@@ -130,7 +130,7 @@ def demo(
     s = summary
     console.print(
         f"held-out EM: warm start {s['em_before']:.3f} -> after GRPO {s['em_after']:.3f} "
-        f"({s['n_eval']} questions; the heuristic demonstrator scores {s['em_demonstrator']:.3f}); "
+        f"({s['n_eval']} held-out questions, seed {s['seed']}); "
         f"{s['wall_seconds']:.0f} s, peak memory {s['peak_memory_mb']:.0f} MB; report: {out / 'report.md'}"
     )
     print(json.dumps(summary, indent=2))

@@ -1,0 +1,94 @@
+"""``ragrl train``, ``ragrl sft`` and ``ragrl demo`` from the command line (tiny budgets)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+
+runner = CliRunner()
+
+TINY = [
+    "train.grpo.prompts_per_step=2",
+    "rollout.n=2",
+    "rollout.max_turns=2",
+    "rollout.max_new_tokens=8",
+    "train.data.eval_limit=3",
+    "train.sft.max_steps=2",
+    "train.sft.batch_size=4",
+]
+
+
+def sets(*items: str) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def summary_of(output: str) -> dict:
+    return json.loads(output[output.index("{") :])
+
+
+def test_train_writes_the_run_folder_and_resumes(world_dir, tmp_path):
+    paths = (
+        f"train.model.path={world_dir / 'model'}",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.eval={world_dir / 'dev.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}",
+    )
+    out = tmp_path / "run"
+    args = ["train", "search_r1-tiny", "--out", str(out), *sets(*paths, *TINY, "train.steps=1")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = summary_of(result.stdout)
+    assert summary["steps"] == 1 and summary["n_eval"] == 3
+    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png"):
+        assert (out / name).is_file(), name
+    assert "steps: 1" in (out / "config.yaml").read_text()  # the resolved config, overrides applied
+
+    again = runner.invoke(app, args)
+    assert again.exit_code != 0 and "--resume latest" in str(again.exception)
+
+    more = ["train", "search_r1-tiny", "--out", str(out), "--resume", "latest"]
+    result = runner.invoke(app, [*more, *sets(*paths, *TINY, "train.steps=2")])
+    assert result.exit_code == 0, result.output
+    assert summary_of(result.stdout)["steps"] == 2
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # eval before, step 1, the first run's eval after step 1, then the resumed step 2 and its eval after
+    assert steps == [0, 1, 1, 2, 2]
+
+
+def test_train_without_a_model_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r")])
+    assert result.exit_code != 0 and "train.model.path" in str(result.exception)
+
+
+def test_sft_on_oracle_demonstrations(world_dir, tmp_path):
+    args = [
+        "sft", "search_r1-tiny", "--demos", "oracle", "--out", str(tmp_path / "sft"),
+        *sets(
+            f"train.model.path={world_dir / 'model'}", f"train.data.train={world_dir / 'train.jsonl'}",
+            f"train.data.index={world_dir / 'bm25'}", *TINY,
+        ),
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = summary_of(result.stdout)
+    assert summary["trainer"] == "sft" and summary["steps"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "sft"] == [1, 2]
+    assert all(r["loss"] > 0 and r["tokens"] > 0 for r in rows if r["kind"] == "sft")
+
+
+def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--out", str(out), *sets(*TINY, "train.steps=1")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb"):
+        assert key in summary, key
+    assert summary["n_eval"] == 3 and summary["warm_start_steps"] == 2
+    assert (out / "report.md").read_text().count("curves.png") == 1
+    assert (out / "warm_start" / "metrics.jsonl").is_file()
+    exists = runner.invoke(app, ["demo", "--out", str(out)])
+    assert exists.exit_code != 0 and "--force" in str(exists.exception)

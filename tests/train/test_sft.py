@@ -1,0 +1,46 @@
+"""SFT: the loss is the token mean of -log p over policy tokens only, and it goes down."""
+
+from __future__ import annotations
+
+import torch
+
+from ragrl.data.io import read_examples
+from ragrl.data.synth.demonstrators import OracleDemonstrator
+from ragrl.llm.logprobs import token_logprobs
+from ragrl.methods import load_method
+from ragrl.retrieval.base import load_retriever
+from ragrl.train.batch import sequence_batch
+from ragrl.train.setup import load_policy
+from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+
+def test_sft_loss_is_policy_token_mean_and_decreases(world_dir, tmp_path):
+    method = load_method(
+        "search_r1-tiny",
+        [
+            f"train.model.path={world_dir / 'model'}",
+            f"train.out={tmp_path / 'sft'}",
+            "train.sft.batch_size=8",
+            "train.sft.max_steps=6",
+            "train.sft.lr=3e-3",
+            "train.optim.warmup_steps=0",
+        ],
+    )
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples, _ = read_examples(world_dir / "train.jsonl")
+    demos = demonstration_trajectories(
+        method, tokenizer, OracleDemonstrator(), examples[:8], load_retriever(world_dir / "bm25")
+    )
+    assert all(t.final_answer == ex.answers[0] for t, ex in zip(demos, examples[:8], strict=True))
+    assert all(0 in t.loss_mask and 1 in t.loss_mask for t in demos)  # observations are context
+
+    # the loss by hand: -Σ policy-token log-probs / number of policy tokens, before any update
+    b = sequence_batch(demos, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp = token_logprobs(model, b.input_ids, b.attention_mask, start=b.start)
+    expected = float(-(logp * b.loss_mask).sum() / b.loss_mask.sum())
+
+    trainer = SFTTrainer(method, method.train, demos, eval_examples=[], model=model, tokenizer=tokenizer)
+    losses = [trainer.step()["loss"] for _ in range(6)]  # batch 8 of 8 demos: the same batch each step
+    assert abs(losses[0] - expected) < 1e-4
+    assert losses[-1] < losses[0] - 0.5
