@@ -45,16 +45,13 @@ import logging
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
-from pathlib import Path
 
 import torch
+from tiny_setup import add_model_args, open_workdir, world_and_policy
 
 from ragrl.data.io import read_examples
-from ragrl.data.synth import generate_world
-from ragrl.llm.tiny import TinyConfig, create_tiny_policy, method_prompt_texts
 from ragrl.methods import load_method
 from ragrl.rewards.registry import register_reward
 from ragrl.train.grpo import GRPOTrainer
@@ -75,16 +72,6 @@ def trl_reward(completions, **kwargs) -> list[float]:  # noqa: ANN001, ANN003
     return [letter_share(c[-1]["content"] if isinstance(c, list) else c) for c in completions]
 
 
-def setup(workdir: Path, hidden: int, layers: int) -> tuple[Path, Path]:
-    data, model = workdir / "data", workdir / f"policy-h{hidden}-l{layers}"
-    if not (data / "corpus.jsonl").is_file():
-        generate_world(0, "small").write(data)
-    if not (model / "config.json").is_file():
-        config = TinyConfig(hidden=hidden, layers=layers, heads=max(2, hidden // 32), intermediate=3 * hidden)
-        create_tiny_policy(data, model, seed=0, config=config, extra_texts=method_prompt_texts())
-    return data, model
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=8, help="questions per step (P)")
@@ -92,11 +79,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32, help="max new tokens per completion (L)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per side and repeat")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--workdir", type=Path, default=None, help="keep data and model here (reused)")
-    ap.add_argument(
-        "--hidden", type=int, default=TinyConfig.hidden, help="policy width (default: the tiny policy)"
-    )
-    ap.add_argument("--layers", type=int, default=TinyConfig.layers, help="policy depth")
+    add_model_args(ap)
     args = ap.parse_args()
     P, G, L, S = args.prompts, args.group, args.new_tokens, args.steps
 
@@ -110,15 +93,9 @@ def main() -> None:
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
 
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ragrl-grpo-vs-trl-")
-        workdir = Path(tmp.name)
-    else:
-        workdir = args.workdir
-        workdir.mkdir(parents=True, exist_ok=True)
+    tmp, workdir = open_workdir(args.workdir, "ragrl-grpo-vs-trl-")
     t_setup = time.perf_counter()
-    data, model_dir = setup(workdir, args.hidden, args.layers)
+    data, model_dir = world_and_policy(workdir, args.hidden, args.layers)
     examples, _ = read_examples(data / "train.jsonl")
     examples = examples[:P]
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

@@ -39,17 +39,14 @@ import os
 import pstats
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import torch
+from tiny_setup import add_model_args, open_workdir, world_and_policy
 
 from ragrl.data.io import read_corpus, read_examples
-from ragrl.data.synth import generate_world
 from ragrl.llm.hf_backend import TransformersBackend
-from ragrl.llm.tiny import TinyConfig, create_tiny_policy
 from ragrl.methods import load_method
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutEngine
@@ -87,39 +84,19 @@ class TimedBackend:
         return gens
 
 
-def setup(workdir: Path, hidden: int, layers: int) -> tuple[Path, Path]:
-    data, model = workdir / "data", workdir / f"model-h{hidden}-l{layers}"
-    if not (data / "corpus.jsonl").is_file():
-        generate_world(0, "small").write(data)
-    if not (model / "config.json").is_file():
-        config = TinyConfig(hidden=hidden, layers=layers, heads=max(2, hidden // 32), intermediate=3 * hidden)
-        create_tiny_policy(data, model, seed=0, config=config)
-    return data, model
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=32)
     ap.add_argument("--n", type=int, default=2, help="samples per question")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--workdir", type=Path, default=None, help="keep data and model here (reused)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", action="store_true", help="cProfile one engine run, print the top")
-    ap.add_argument(
-        "--hidden", type=int, default=TinyConfig.hidden, help="policy width (default: the tiny policy)"
-    )
-    ap.add_argument("--layers", type=int, default=TinyConfig.layers, help="policy depth")
+    add_model_args(ap)
     args = ap.parse_args()
 
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ragrl-rollout-overhead-")
-        workdir = Path(tmp.name)
-    else:
-        workdir = args.workdir
-        workdir.mkdir(parents=True, exist_ok=True)
+    tmp, workdir = open_workdir(args.workdir, "ragrl-rollout-overhead-")
     t_setup = time.perf_counter()
-    data, model_dir = setup(workdir, args.hidden, args.layers)
+    data, model_dir = world_and_policy(workdir, args.hidden, args.layers)
     passages, _ = read_corpus(data / "corpus.jsonl")
     examples, _ = read_examples(data / "dev.jsonl")
     examples = examples[: args.questions]

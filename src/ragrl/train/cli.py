@@ -31,7 +31,7 @@ def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: 
 
 
 def _start_run_dir(method, resume: str | None) -> Path:  # noqa: ANN001
-    from ragrl.train.demo import resolved_config_yaml
+    from ragrl.train.config import resolved_config_yaml
 
     run_dir = Path(method.train.out)
     if resume is None and (run_dir / "metrics.jsonl").exists():

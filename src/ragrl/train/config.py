@@ -159,3 +159,10 @@ class TrainConfig:
             raise RagrlError(
                 f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"
             )
+
+
+def resolved_config_yaml(method: Any) -> str:
+    """The full config of a loaded method (every default filled in) as YAML, for the run folder."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.structured(method.config))

@@ -20,18 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
+from ragrl.train.config import resolved_config_yaml
 
 DEMO_CONFIG = "search_r1-tiny"
-
-
-def resolved_config_yaml(method: Any) -> str:
-    """The full config of a loaded method (defaults filled in) as YAML."""
-    return OmegaConf.to_yaml(OmegaConf.structured(method.config))
 
 
 def run_demo(

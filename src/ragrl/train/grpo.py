@@ -134,6 +134,7 @@ class GRPOTrainer(Trainer):
         minibatches = self._minibatches(rollouts, advantages, group_ids, temperature)
         by_tokens = g.loss_agg == "token_mean"  # otherwise the loss is a mean over sequences
         stats = _Averages()
+        loss_total = 0.0  # this process's share of each minibatch loss × N (mean over processes = loss)
         for epoch in range(g.ppo_epochs):
             for mb in minibatches:
                 # normalise by the global minibatch, so N processes compute one process's update
@@ -143,7 +144,11 @@ class GRPOTrainer(Trainer):
                 for k, (b, adv) in enumerate(mb):
                     last = k == len(mb) - 1  # gradients are synchronised on the last micro-batch only
                     with nullcontext() if last else self.acc.no_sync(self.model):
-                        logp, entropy = self._logprobs(self.model, b, temperature, with_entropy=True)
+                        logp = self._logprobs(self.model, b, temperature, with_entropy=epoch == 0)
+                        if epoch == 0:  # the entropy of the policy that sampled, measured once
+                            logp, entropy = logp
+                            mean = float((entropy * b.loss_mask).sum()) / max(b.num_tokens, 1)
+                            stats.add("entropy", mean, b.num_tokens)
                         loss, m = policy_loss(
                             logp, b.old_logprobs, adv, b.loss_mask, ref_logp=b.ref_logprobs,
                             eps_low=g.clip_low, eps_high=g.clip_high, beta=g.kl_coef, kl=g.kl,
@@ -152,21 +157,12 @@ class GRPOTrainer(Trainer):
                         units = b.num_tokens if by_tokens else len(b)
                         scale = units / max(global_units, 1) * self.acc.num_processes
                         self.acc.backward(loss * scale)
-                    # this process's share of the minibatch loss, × N (the mean over processes is the loss)
-                    stats.add(
-                        "loss", float(m["loss"]) * scale / (g.ppo_epochs * len(minibatches)), 1.0, sum_=True
-                    )
+                    loss_total += float(m["loss"]) * scale
                     for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "approx_kl", "kl"):
                         if name in m:
                             stats.add(name, float(m[name]), b.num_tokens)
-                    if epoch == 0:
-                        stats.add(
-                            "entropy",
-                            float((entropy * b.loss_mask).sum()) / max(b.num_tokens, 1),
-                            b.num_tokens,
-                        )
                 stats.add("grad_norm", self.optimizer_step(), 1.0)
-        return stats.result()
+        return {**stats.result(), "loss": loss_total / (g.ppo_epochs * len(minibatches))}
 
     def _minibatches(
         self,
@@ -281,24 +277,18 @@ def _split_groups(group_ids: list[int], parts: int) -> list[list[int]]:
 
 
 class _Averages:
-    """Weighted means of per-micro-batch metrics (``sum_=True``: a plain sum)."""
+    """Weighted means of per-micro-batch metrics."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
-        self.plain: set[str] = set()
 
-    def add(self, name: str, value: float, weight: float, *, sum_: bool = False) -> None:
+    def add(self, name: str, value: float, weight: float) -> None:
         self.sums[name] = self.sums.get(name, 0.0) + value * weight
         self.weights[name] = self.weights.get(name, 0.0) + weight
-        if sum_:
-            self.plain.add(name)
 
     def result(self) -> dict[str, float]:
-        return {
-            k: v if k in self.plain else (v / self.weights[k] if self.weights[k] else 0.0)
-            for k, v in self.sums.items()
-        }
+        return {k: v / self.weights[k] if self.weights[k] else 0.0 for k, v in self.sums.items()}
 
 
 def _chunks(items: list[int], size: int) -> list[list[int]]:

@@ -97,10 +97,6 @@ def peak_memory_mb() -> float:
     return round(mb, 1)
 
 
-def all_finite(*values: float | torch.Tensor) -> bool:
-    return all(math.isfinite(float(v)) for v in values)
-
-
 class MetricsLog:
     """``metrics.jsonl`` of a run: one JSON object per record (``kind``, ``step``, ``time`` + values),
     appended and flushed as it goes, written by the main process only."""
