@@ -86,6 +86,13 @@ def test_stats_json_on_raw_and_canonical_files(shared_data, tmp_path):
     assert stats["given_passages"]["per_question"] == {"20": 200}
     assert stats["answerable"] == {"answerable": 200}
     assert stats["aliases"] == {"total": 114, "questions_with_aliases": 61, "max": 6}
+    assert stats["gold_reference_ids"] == {
+        "questions": 200,
+        "per_question": {"1": 0, "2": 145, "3": 32, "4+": 23},
+        "mean": 2.39,
+        "unresolvable": 0,
+        "without_passages": 0,
+    }
     # the same numbers from the converted canonical file
     runner.invoke(app, ["data", "convert", str(shared_data / MUSIQUE), "--out", str(tmp_path)])
     again = runner.invoke(app, ["data", "stats", str(tmp_path / "questions.jsonl"), "--json"])
@@ -99,14 +106,31 @@ def test_stats_numbers(shared_data):
     assert hotpot["type"] == {"bridge": 427, "comparison": 73}
     assert hotpot["hops"] == {"2": 500} and hotpot["mean_hops"] == 2.0
     assert hotpot["given_passages"]["per_question"] == {"2": 2, "4": 1, "10": 497}
+    assert hotpot["gold_reference_ids"]["per_question"] == {"1": 0, "2": 500, "3": 0, "4+": 0}
+    assert hotpot["gold_reference_ids"]["unresolvable"] == 0
     twowiki = compute_stats(load_dataset(shared_data / TWOWIKI)[0])
     assert twowiki["hops"] == {"2": 370, "4": 130}
     assert twowiki["supporting_ids"] == {"1": 3, "2": 367, "4": 130}
     assert twowiki["unresolved_supporting_facts"] == {"questions": 3, "facts": 3}
+    # ARENA's gold ids: the 3 unresolved questions are unresolvable; one short sentence ("Riccardo")
+    # also occurs in an earlier passage, so that question has a single gold id
+    assert twowiki["gold_reference_ids"] == {
+        "questions": 497,
+        "per_question": {"1": 1, "2": 366, "3": 0, "4+": 130},
+        "mean": 2.521,
+        "unresolvable": 3,
+        "without_passages": 0,
+    }
     bamboo_csv = shared_data / "bamboogle/LoganMilandin__comp-gap-public/bamboogle.csv"
     bamboo = compute_stats(load_dataset(bamboo_csv)[0])
     assert bamboo["questions"] == 125 and bamboo["aliases"]["total"] == 1
     assert bamboo["answerable"] == {"unknown": 125} and bamboo["hops"] == {"(none)": 125}
+    assert (
+        bamboo["gold_reference_ids"]["unresolvable"]
+        == bamboo["gold_reference_ids"]["without_passages"]
+        == 125
+    )
+    assert bamboo["gold_reference_ids"]["mean"] is None
 
 
 def test_stats_tables(shared_data):
@@ -114,3 +138,5 @@ def test_stats_tables(shared_data):
     assert result.exit_code == 0, result.output
     for text in ("hops (distinct gold paragraphs)", "supporting ids per question", "bridge", "427", "73"):
         assert text in result.stdout
+    assert "ARENA gold reference ids per resolvable question" in result.stdout
+    assert "ARENA gold ids: resolvable questions / mean ids" in result.stdout

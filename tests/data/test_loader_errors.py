@@ -102,6 +102,7 @@ def test_unresolved_facts_are_kept_and_reported(tmp_path):
     assert ex.metadata["unresolved_supporting_facts"] == [["T1", 5], ["Nowhere", 0]]
     assert ex.metadata["supporting_facts"] == [["T1", 0], ["T1", 5], ["Nowhere", 0]]
     assert ex.metadata["hops"] == 2
+    assert ex.metadata["supporting_sentences"] == ["One.", None, None]  # text as given, None if unresolved
     assert report.warnings == [
         f"{path}:1: question a1: supporting fact ['T1', 5] not resolved: "
         "sentence index out of range (paragraph has 2 sentences)",
@@ -113,6 +114,7 @@ def test_duplicate_title_uses_first_paragraph_with_that_sentence(tmp_path):
     rec = dict(GOOD_HOTPOT, supporting_facts=[["T", 2]], context=[["T", ["a."]], ["T", ["b.", " c.", " d."]]])
     (ex,), _ = load_hotpotqa(_jsonl(tmp_path / "h.jsonl", [rec]))
     assert ex.supporting_ids == [ex.passages[1].id]
+    assert ex.metadata["supporting_sentences"] == [" d."]
     assert ex.passages[1].text == "b. c. d."
 
 

@@ -99,6 +99,15 @@ def test_hotpotqa(hotpot, shared_data):
     ]
     assert first.metadata["source"] == "hotpotqa"
     raw = _raw_jsonl(shared_data / HOTPOT)[0]
+    # one sentence per fact, in fact order, exactly as given (HotpotQA's carry a leading space)
+    context = dict(raw["context"])
+    assert first.metadata["supporting_sentences"] == [context[t][i] for t, i in raw["supporting_facts"]]
+    assert first.metadata["supporting_sentences"][2].startswith(" ")
+    assert all(
+        len(e.metadata["supporting_sentences"]) == len(e.metadata["supporting_facts"])
+        and None not in e.metadata["supporting_sentences"]
+        for e in examples
+    )
     assert [p.title for p in first.passages] == [t for t, _ in raw["context"]]  # original order
     temple = next(p for p in first.passages if p.title == "Shirley Temple")
     assert temple.text == "".join(dict(raw["context"])["Shirley Temple"])  # sentences carry the space
@@ -163,6 +172,11 @@ def test_2wiki_pandas_columns(twowiki):
         "2a84a2920bdd11eba7f7acde48001122": [["Georges Lautner", 3]],
         "eb2a75220bdc11eba7f7acde48001122": [["Louis IX, Landgrave of Hesse-Darmstadt", 6]],
     }
+    for e in examples:  # unresolved facts have a null sentence, all others their text
+        sentences = e.metadata["supporting_sentences"]
+        assert len(sentences) == len(e.metadata["supporting_facts"])
+        nulls = [f for f, s in zip(e.metadata["supporting_facts"], sentences, strict=True) if s is None]
+        assert nulls == unresolved.get(e.id, [])
     assert len(report.warnings) == 3
     assert report.warnings[0].endswith(
         "sampled_ds.json: row '5440': question c049b0240bdd11eba7f7acde48001122: supporting fact "
@@ -200,6 +214,7 @@ def test_2wiki_without_context(shared_data):
     }
     assert all(e.passages is None and e.supporting_ids == [] for e in examples)
     assert all(e.metadata["supporting_facts"] for e in examples)
+    assert not any("supporting_sentences" in e.metadata for e in examples)  # no context, no sentences
     assert len(report.warnings) == 1
     assert "4000 records have supporting facts but no 'context'" in report.warnings[0]
 

@@ -39,7 +39,8 @@ def stats(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip malformed records."),
 ) -> None:
-    """Counts and distributions (hops, types, supporting ids, passages, answers) of a question file."""
+    """Counts and distributions (hops, types, supporting ids, ARENA gold reference ids, passages,
+    answers) of a question file."""
     examples, report = load_dataset(path, format, skip_invalid)
     result = compute_stats(examples)
     if report.skipped:

@@ -3,6 +3,12 @@
 ``compute_stats(examples)`` returns a JSON-ready dict. Distributions are ``{value: count}`` with
 string keys sorted by value. ``hops`` is ``metadata["hops"]`` as the loaders write it: the number of
 distinct gold paragraphs (ARENA's Table 2 hop count), so the two can be compared directly.
+
+``gold_reference_ids`` applies ARENA's gold-id rule (``ragrl.data.references``) to every question:
+``per_question`` buckets the number of gold ids of the resolvable questions as ``1``, ``2``, ``3``,
+``4+`` (every bucket present, zeros included), ``mean`` is their exact mean, and ``unresolvable``
+counts the questions ARENA drops (any supporting fact resolved to nothing, no supporting facts, or no
+passages; ``without_passages`` is the last group alone).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ragrl.data.references import gold_reference_ids
 from ragrl.data.schema import Example
 
 MISSING = "(none)"
@@ -37,6 +44,28 @@ def _summary(values: list[int]) -> dict[str, float]:
         "mean": round(statistics.fmean(values), 3),
         "median": float(statistics.median(values)),
         "max": max(values),
+    }
+
+
+GOLD_ID_BUCKETS = ("1", "2", "3", "4+")
+
+
+def _gold_reference_stats(examples: list[Example]) -> dict[str, Any]:
+    counts = []
+    unresolvable = 0
+    for ex in examples:
+        ref = gold_reference_ids(ex)
+        if ref.unresolved:
+            unresolvable += 1
+        else:
+            counts.append(len(ref.ids))
+    buckets = Counter(str(c) if c < 4 else "4+" for c in counts)
+    return {
+        "questions": len(counts),
+        "per_question": {b: buckets[b] for b in GOLD_ID_BUCKETS},
+        "mean": round(statistics.fmean(counts), 3) if counts else None,
+        "unresolvable": unresolvable,
+        "without_passages": sum(1 for ex in examples if not ex.passages),
     }
 
 
@@ -77,6 +106,7 @@ def compute_stats(examples: list[Example]) -> dict[str, Any]:
             "questions": sum(1 for u in unresolved if u),
             "facts": sum(unresolved),
         },
+        "gold_reference_ids": _gold_reference_stats(examples),
     }
 
 
@@ -101,6 +131,8 @@ def print_stats(stats: dict[str, Any], *, title: str = "", console: Console | No
     overview.add_column("what")
     overview.add_column("value", justify="right")
     at, al, un = stats["answer_tokens"], stats["aliases"], stats["unresolved_supporting_facts"]
+    gr = stats["gold_reference_ids"]
+    gr_mean = f"{gr['mean']:.3f}" if gr["mean"] is not None else "-"
     rows = [
         ("questions", n),
         ("mean hops", stats["mean_hops"] if stats["mean_hops"] is not None else "-"),
@@ -112,6 +144,11 @@ def print_stats(stats: dict[str, Any], *, title: str = "", console: Console | No
             f"{al['total']} / {al['questions_with_aliases']} / {al['max']}",
         ),
         ("unresolved supporting facts (questions / facts)", f"{un['questions']} / {un['facts']}"),
+        ("ARENA gold ids: resolvable questions / mean ids", f"{gr['questions']} / {gr_mean}"),
+        (
+            "ARENA gold ids: unresolvable questions (without passages)",
+            f"{gr['unresolvable']} ({gr['without_passages']})",
+        ),
     ]
     for what, value in rows:
         overview.add_row(what, str(value))
@@ -120,6 +157,9 @@ def print_stats(stats: dict[str, Any], *, title: str = "", console: Console | No
     console.print(_dist_table("type", stats["type"], n))
     console.print(_dist_table("hops (distinct gold paragraphs)", stats["hops"], n))
     console.print(_dist_table("supporting ids per question", stats["supporting_ids"], n))
+    if gr["questions"]:
+        title = "ARENA gold reference ids per resolvable question"
+        console.print(_dist_table(title, gr["per_question"], gr["questions"]))
     if gp["per_question"]:
         n_with = gp["questions_with_passages"]
         console.print(_dist_table("given passages per question", gp["per_question"], n_with))

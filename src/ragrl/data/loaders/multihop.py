@@ -10,6 +10,10 @@ official HotpotQA / 2Wiki evaluation scripts expect.
 A supporting fact maps to the first passage with that title whose sentence index is in range. A
 fact that maps to nothing is kept in ``metadata["unresolved_supporting_facts"]`` and reported as a
 warning, never dropped silently.
+
+``metadata["supporting_sentences"]`` holds, per supporting fact and in fact order, the text of its
+sentence exactly as the dataset gives it (HotpotQA's with their leading space), or ``None`` for a fact
+that maps to nothing; ``ragrl.data.references`` applies ARENA's gold-id rule to it.
 """
 
 from __future__ import annotations
@@ -85,19 +89,41 @@ def parse_supporting_facts(raw: Any, loc: Loc) -> list[tuple[str, int]]:
     return out
 
 
+def _fact_paragraphs(
+    facts: list[tuple[str, int]], context: list[tuple[str, list[str]]]
+) -> list[tuple[int | None, list[int]]]:
+    """Per fact: the index of the first paragraph with its title whose sentence index is in range
+    (None when there is none), and the indices of all paragraphs with that title."""
+    by_title: dict[str, list[int]] = {}
+    for i, (title, _) in enumerate(context):
+        by_title.setdefault(title.strip(), []).append(i)
+    out: list[tuple[int | None, list[int]]] = []
+    for title, sent_id in facts:
+        candidates = by_title.get(title.strip(), [])
+        hit = next((i for i in candidates if 0 <= sent_id < len(context[i][1])), None)
+        out.append((hit, candidates))
+    return out
+
+
+def supporting_sentences(
+    facts: list[tuple[str, int]], context: list[tuple[str, list[str]]]
+) -> list[str | None]:
+    """The sentence text of each fact, in fact order (as given, not stripped); None when the fact
+    maps to no paragraph (same rule as ``resolve_supporting_facts``)."""
+    return [
+        context[hit][1][sent_id] if hit is not None else None
+        for (_, sent_id), (hit, _) in zip(facts, _fact_paragraphs(facts, context), strict=True)
+    ]
+
+
 def resolve_supporting_facts(
     facts: list[tuple[str, int]], context: list[tuple[str, list[str]]], passages: list[Passage]
 ) -> tuple[list[str], list[tuple[str, int, str]]]:
     """Passage ids for the facts (distinct, in fact order) and the facts that resolve to nothing,
     each with the reason."""
-    by_title: dict[str, list[int]] = {}
-    for i, (title, _) in enumerate(context):
-        by_title.setdefault(title.strip(), []).append(i)
     ids: list[str] = []
     unresolved: list[tuple[str, int, str]] = []
-    for title, sent_id in facts:
-        candidates = by_title.get(title.strip(), [])
-        hit = next((i for i in candidates if 0 <= sent_id < len(context[i][1])), None)
+    for (title, sent_id), (hit, candidates) in zip(facts, _fact_paragraphs(facts, context), strict=True):
         if hit is not None:
             ids.append(passages[hit].id)
         elif not candidates:
@@ -138,6 +164,7 @@ def convert_multihop(rec: Any, loc: Loc, ctx: Context) -> Example:
         metadata["supporting_facts"] = [[t, s] for t, s in facts]
         if context is not None and passages is not None:
             supporting_ids, unresolved = resolve_supporting_facts(facts, context, passages)
+            metadata["supporting_sentences"] = supporting_sentences(facts, context)
             if unresolved:
                 metadata["unresolved_supporting_facts"] = [[t, s] for t, s, _ in unresolved]
                 for title, sent_id, why in unresolved:
