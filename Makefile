@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/retrieval_recall.py
 	$(BIN)/python benchmarks/rollout_overhead.py
 	$(BIN)/python benchmarks/grpo_vs_trl.py
+	$(BIN)/python benchmarks/kl_estimators.py
 	$(BIN)/python benchmarks/demo_learning.py
 
 clean:

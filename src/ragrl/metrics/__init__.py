@@ -1,4 +1,4 @@
-"""Answer, supporting-fact and retrieval metrics, and the ``ragrl score`` engine.
+"""Answer, supporting-fact and retrieval metrics, LLM-as-a-judge, and the ``ragrl score`` engine.
 
 Normalization is chosen by name (``variant=``): see ``ragrl.metrics.normalize`` and docs/metrics.md.
 """
@@ -11,6 +11,19 @@ from ragrl.metrics.answer import (
     exact_match,
     f1,
     substring_acc,
+)
+from ragrl.metrics.judge import (
+    JUDGE_SYSTEM,
+    JUDGE_TEMPLATE,
+    JudgeClient,
+    LocalJudge,
+    OpenAIJudge,
+    judge_answer,
+    judge_answers,
+    judge_messages,
+    judge_prompt,
+    make_judge,
+    parse_judgement,
 )
 from ragrl.metrics.normalize import (
     VARIANTS,
@@ -40,8 +53,13 @@ from ragrl.metrics.support import (
 
 __all__ = [
     "ANSWER_METRICS",
+    "JUDGE_SYSTEM",
+    "JUDGE_TEMPLATE",
     "VARIANTS",
     "JointScores",
+    "JudgeClient",
+    "LocalJudge",
+    "OpenAIJudge",
     "SupportScores",
     "Variant",
     "aggregate_retrieval",
@@ -56,7 +74,13 @@ __all__ = [
     "get_normalizer",
     "get_variant",
     "joint_scores",
+    "judge_answer",
+    "judge_answers",
+    "judge_messages",
+    "judge_prompt",
+    "make_judge",
     "normalize",
+    "parse_judgement",
     "parse_supporting_facts",
     "precision_at_k",
     "recall_at_k",
