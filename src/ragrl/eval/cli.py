@@ -43,16 +43,16 @@ def _demonstrator(name: str, data: Path, world: Path | None):
     raise RagrlError(f"unknown demonstrator {name!r} (expected oracle or heuristic)")
 
 
-def _provenance(model: Path, index: Path, data: Path) -> dict[str, Any]:
+def _provenance(model: Path, index: Path | None, data: Path) -> dict[str, Any]:
     from ragrl import __version__
     from ragrl.retrieval.base import read_manifest
 
-    manifest = read_manifest(index)
+    manifest = read_manifest(index) if index is not None else {}
     return {
         "ragrl_version": __version__,
         "model": str(model),
         "data": str(data),
-        "index": str(index),
+        "index": str(index) if index is not None else None,
         "index_fingerprint": manifest.get("fingerprint"),
         "corpus_hash": manifest.get("corpus_hash"),
     }
@@ -67,7 +67,13 @@ def eval_command(
         ),
     ],
     data: Annotated[Path, typer.Option(help="Canonical question file (jsonl).")],
-    index: Annotated[Path, typer.Option(help="Retrieval index directory (ragrl index).")],
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            help="Retrieval index directory (ragrl index); not needed by methods that read the passages "
+            "given with each question (arena)."
+        ),
+    ] = None,
     method: Annotated[str, typer.Option(help="Method name or YAML config path.")] = "search_r1",
     set_: Annotated[
         list[str] | None,
@@ -106,8 +112,12 @@ def eval_command(
 
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
-    examples = _load_examples(data, n)
-    retriever = load_retriever(index)
+    examples = method_obj.prepare_examples(_load_examples(data, n), str(data))
+    if index is None and method_obj.protocol.needs_retriever:
+        raise RagrlError(
+            f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by `ragrl index`)"
+        )
+    retriever = load_retriever(index) if index is not None else None
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
     if demonstrator is not None:

@@ -84,9 +84,13 @@ def score_trajectories(
         seed=seed,
     )
     rewards = [method.reward(t, by_id[t.example_id], RewardContext()) for t in trajectories]
+    diagnostics = [method.diagnose(t, by_id[t.example_id]) for t in trajectories]
     stats = rollout_stats(trajectories)
+    audit = getattr(method.protocol, "audit", None)  # optional: per-row records (ARENA's citations)
     rows = []
-    for t, metrics, st, r in zip(trajectories, result.per_example, stats, rewards, strict=True):
+    for t, metrics, st, r, d in zip(
+        trajectories, result.per_example, stats, rewards, diagnostics, strict=True
+    ):
         rows.append(
             {
                 **metrics,
@@ -95,6 +99,8 @@ def score_trajectories(
                 "queries": t.queries,
                 "reward": r.total,
                 **{f"reward/{k}": v for k, v in r.components.items()},
+                **d,
+                **(audit(t) if audit is not None else {}),
             }
         )
     summary = {k: v for k, v in result.summary.items() if k not in ("n_predictions", "unknown_ids")}
@@ -106,6 +112,8 @@ def score_trajectories(
     summary["reward"] = _mean([r.total for r in rewards])
     for key in method.reward.keys:
         summary[f"reward/{key}"] = _mean([r.components[key] for r in rewards])
+    for key in dict.fromkeys(k for d in diagnostics for k in d):
+        summary[key] = _mean([d[key] for d in diagnostics if key in d])
     reasons: dict[str, int] = {}
     for s in stats:
         reasons[s["finish_reason"]] = reasons.get(s["finish_reason"], 0) + 1

@@ -135,10 +135,11 @@ def _word_pre_tokenizer() -> Any:
 
 def method_prompt_texts() -> list[str]:
     """Every string in the packaged method configs (prompt templates, observation and corrective
-    texts), so a word-level vocabulary knows the words of every method's prompt."""
+    texts) and each method protocol's built-in wording (``Protocol.fixed_texts``), so a word-level
+    vocabulary knows the words of every method's prompt."""
     from omegaconf import OmegaConf
 
-    from ragrl.methods import available_methods, load_method_config
+    from ragrl.methods import available_methods, load_method, load_method_config
 
     texts: list[str] = []
 
@@ -154,6 +155,7 @@ def method_prompt_texts() -> list[str]:
 
     for name in available_methods():
         walk(OmegaConf.to_container(load_method_config(name)))
+        texts.extend(load_method(name).protocol.fixed_texts())
     return texts
 
 

@@ -117,6 +117,30 @@ class Method:
     """A ``ragrl.rewards.CompositeReward``."""
     train: Any = None
     """A ``ragrl.train.config.TrainConfig`` (the config's ``train:`` section)."""
+    diagnostics: Any = None
+    """Optional ``fn(trajectory, example) -> {name: float}``: method-specific per-trajectory measurements
+    (for example ARENA's citation audit). Evaluation reports their means (and keeps them per row); the
+    GRPO trainer logs their means every step."""
+
+    oracle: Any = None
+    """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this
+    method's protocol, for SFT warm starts (``ragrl sft --demos oracle``); None: the synthetic world's
+    search oracle (``ragrl.data.synth.demonstrators.OracleDemonstrator``)."""
+
+    prepare: Any = None
+    """Optional ``fn(examples, where) -> examples`` applied to every question set the method is trained
+    or evaluated on (ARENA attaches the gold reference ids and applies its rule for unresolvable
+    evidence, reporting what it drops); ``where`` names the source for messages."""
+
+    def prepare_examples(self, examples: Any, where: str) -> list[Any]:
+        """``examples`` as this method trains and evaluates on them (see ``prepare``)."""
+        return list(examples) if self.prepare is None else list(self.prepare(list(examples), where))
+
+    def diagnose(self, trajectory: Any, example: Any) -> dict[str, float]:
+        """The method's diagnostics of one trajectory (empty when it declares none)."""
+        if self.diagnostics is None:
+            return {}
+        return {k: float(v) for k, v in self.diagnostics(trajectory, example).items()}
 
 
 def load_method(

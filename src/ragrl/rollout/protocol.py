@@ -147,6 +147,7 @@ class Protocol(ABC):
 
     name: str = "protocol"
     stop: tuple[str, ...] = ()
+    needs_retriever: bool = True  # False: the policy reads given passages (ragrl eval needs no --index)
 
     @abstractmethod
     def messages(self, example: Example) -> list[dict[str, str]]:
@@ -177,6 +178,11 @@ class Protocol(ABC):
         The default finds ``<information>…</information>`` blocks; protocols with other observations
         override it."""
         return [(s.start, s.end) for s in find_spans(text, "information")]
+
+    def fixed_texts(self) -> list[str]:
+        """The protocol's fixed wording (prompt templates and the like) that its configs do not spell
+        out, so a locally trained tokenizer learns those words (``ragrl.llm.tiny``)."""
+        return []
 
     def is_final(self, action: Action) -> bool:
         return action.kind == "answer"

@@ -74,7 +74,8 @@ class Trainer:
         self.model: Any = model  # replaced by the prepared model in _prepare
         if eval_examples is None:
             eval_examples = load_examples(config.data.eval, "train.data.eval") if config.data.eval else []
-        self.eval_examples = list(eval_examples)[: config.data.eval_limit or None]
+        eval_examples = method.prepare_examples(eval_examples, "train.data.eval")
+        self.eval_examples = eval_examples[: config.data.eval_limit or None]
         self.retriever = retriever if retriever is not None else load_index(config)
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)

@@ -65,7 +65,8 @@ def sft(
     demos: Annotated[
         str,
         typer.Option(
-            help="Demonstrations: a trajectory jsonl file, or 'oracle' / 'heuristic' (the world's)."
+            help="Demonstrations: a trajectory jsonl file, 'oracle' (the method's own oracle, else the "
+            "world's search oracle) or 'heuristic' (the world's)."
         ),
     ],
     world: Annotated[
@@ -95,7 +96,7 @@ def sft(
         if not cfg.data.train:
             raise RagrlError("--demos oracle|heuristic plays the demonstrator on train.data.train: set it")
         if demos == "oracle":
-            demonstrator = OracleDemonstrator()
+            demonstrator = method.oracle or OracleDemonstrator()
         else:
             path = world or Path(cfg.data.train).parent / "world.json"
             if not path.is_file():
@@ -103,7 +104,9 @@ def sft(
                     f"the heuristic demonstrator needs the world's gazetteer: {path} not found (--world)"
                 )
             demonstrator = HeuristicDemonstrator.from_world_json(path)
-        examples = load_examples(cfg.data.train, "train.data.train")
+        examples = method.prepare_examples(
+            load_examples(cfg.data.train, "train.data.train"), "train.data.train"
+        )
         trajectories = demonstration_trajectories(method, tokenizer, demonstrator, examples, retriever)
     else:
         trajectories = read_trajectories(demos)

@@ -69,7 +69,7 @@ class GRPOTrainer(Trainer):
             if not config.data.train:
                 raise RagrlError("train.data.train: no training questions given")
             train_examples = load_examples(config.data.train, "train.data.train")
-        self.train_examples = list(train_examples)
+        self.train_examples = method.prepare_examples(train_examples, "train.data.train")
         g = config.grpo
         world = self.acc.num_processes
         if g.prompts_per_step % (world * g.minibatches):
@@ -103,7 +103,8 @@ class GRPOTrainer(Trainer):
 
         # 3. rewards, each named component kept for logging
         ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)
-        results = [self.method.reward(t, examples[t.metadata["group"] - first_group], ctx) for t in rollouts]
+        owners = [examples[t.metadata["group"] - first_group] for t in rollouts]
+        results = [self.method.reward(t, ex, ctx) for t, ex in zip(rollouts, owners, strict=True)]
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
         group_ids = torch.tensor([t.metadata["group"] for t in rollouts])
 
@@ -119,7 +120,8 @@ class GRPOTrainer(Trainer):
 
         # 7. diagnostics, reduced over processes
         self.step_count += 1
-        metrics = self._step_metrics(rollouts, results, rewards, group_ids, keep, update)
+        diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(rollouts, owners, strict=True)]
+        metrics = self._step_metrics(rollouts, results, diagnostics, rewards, group_ids, keep, update)
         metrics["rollout_seconds"] = round(t_rollout, 3)
         metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
         self._maybe_write_samples(rollouts)
@@ -217,17 +219,22 @@ class GRPOTrainer(Trainer):
         return token_logprobs(self.model, ids).sum() * 0.0
 
     # -- metrics ---------------------------------------------------------------------------------------
-    def _step_metrics(self, rollouts, results, rewards, group_ids, keep, update) -> dict[str, Any]:  # noqa: ANN001
+    def _step_metrics(
+        self, rollouts, results, diagnostics, rewards, group_ids, keep, update
+    ) -> dict[str, Any]:  # noqa: ANN001
         stats = rollout_stats(rollouts)
         rows = [
             {
                 "reward": r.total,
                 **{f"reward/{k}": v for k, v in r.components.items()},
                 **s,
+                "diagnostics": d,
                 "group": int(gid),
                 "kept": bool(k),
             }
-            for r, s, gid, k in zip(results, stats, group_ids.tolist(), keep.tolist(), strict=True)
+            for r, s, d, gid, k in zip(
+                results, stats, diagnostics, group_ids.tolist(), keep.tolist(), strict=True
+            )
         ]
         rows = gather_object(rows) if self.acc.num_processes > 1 else rows
         update = _mean_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
@@ -247,6 +254,9 @@ class GRPOTrainer(Trainer):
             truncation_rate=_avg(rows, "truncated"),
             lr=self.scheduler.get_last_lr()[0],
         )
+        for key in dict.fromkeys(k for row in rows for k in row["diagnostics"]):
+            values = [row["diagnostics"][key] for row in rows if key in row["diagnostics"]]
+            out[key] = sum(values) / len(values)
         out.update(update)
         return out
 

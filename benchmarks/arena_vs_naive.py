@@ -1,0 +1,116 @@
+"""ARENA vs the Naive-GRPO baseline on the CPU: the same tiny policy, world, warm-start budget and GRPO
+budget, different output format and rewards (ARENA spec §7.2 item 4d).
+
+For each seed: the synthetic world (given-passages mode: each question comes with its ~10 passages; the
+gold reference ids are attached with ARENA's rule and unresolvable questions, the unanswerable ones,
+are dropped), one tiny policy; then for each of ``arena-tiny`` and ``arena-naive-tiny``:
+
+1. a partial SFT warm start on the method's own oracle replies (``--sft-steps``);
+2. GRPO with the method's rewards (``--steps``);
+3. held-out evaluation of the warm start and of the trained policy (greedy, ARENA normalization):
+   EM, format score, and for ARENA the relevance score, cited-id precision / recall and bonus rate.
+
+The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged over the seeds.
+
+    python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from tiny_setup import open_workdir
+
+from ragrl.data.io import read_examples
+from ragrl.data.references import attach_reference_ids
+from ragrl.data.synth import generate_world
+from ragrl.eval.runner import evaluate
+from ragrl.llm.tiny import create_tiny_policy
+from ragrl.methods import load_method
+from ragrl.train.grpo import GRPOTrainer
+from ragrl.train.setup import load_policy, make_accelerator
+from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+METHODS = {"arena": "arena-tiny", "naive": "arena-naive-tiny"}
+COLUMNS = ("em", "reward/arena_format", "reward/think_answer_format", "reward/arena_relevance",
+           "cite/precision", "cite/recall", "bonus_rate")  # fmt: skip
+
+
+def scores(backend, method, examples) -> dict[str, float]:  # noqa: ANN001
+    report = evaluate(backend, None, method, examples, variant="arena")
+    return {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+
+
+def run(workdir: Path, seed: int, name: str, sft_steps: int, steps: int, extra: list[str]) -> dict:
+    data = workdir / f"world-{seed}"
+    if not (data / "train.jsonl").is_file():
+        generate_world(seed, "small").write(data)
+    model_dir = workdir / f"policy-{seed}"
+    if not (model_dir / "config.json").is_file():
+        create_tiny_policy(data, model_dir, seed=seed)
+    train, _ = attach_reference_ids(read_examples(data / "train.jsonl")[0])
+    test, _ = attach_reference_ids(read_examples(data / "test.jsonl")[0])
+    out = workdir / f"{name}-{seed}"
+    method = load_method(
+        METHODS[name],
+        [f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
+         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", "train.eval_every=0", *extra],
+    )  # fmt: skip
+    config = method.train
+    t0 = time.perf_counter()
+    accelerator = make_accelerator(config)
+    model, tokenizer = load_policy(config.model, accelerator.device)
+    demos = demonstration_trajectories(method, tokenizer, method.oracle, train, None)
+    sft = SFTTrainer(
+        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=None,
+        accelerator=accelerator, model=model, tokenizer=tokenizer,
+    )  # fmt: skip
+    sft.train()
+    grpo = GRPOTrainer(
+        method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=None,
+        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
+    )  # fmt: skip
+    before = scores(grpo.backend, method, test)
+    grpo.train()
+    after = scores(grpo.backend, method, test)
+    return {"seed": seed, "method": name, "n_test": len(test), "before": before, "after": after,
+            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--sft-steps", type=int, default=120)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (both)")
+    args = ap.parse_args()
+    tmp, workdir = open_workdir(args.workdir, "ragrl-arena-vs-naive-")
+    results = []
+    for seed in args.seeds:
+        for name in METHODS:
+            r = run(workdir, seed, name, args.sft_steps, args.steps, args.overrides)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")
+    print(f"\n| seed | method | questions | phase | {' | '.join(COLUMNS)} |")
+    print("|---|---|---|---|" + "---|" * len(COLUMNS))
+    for r in results:
+        for phase in ("before", "after"):
+            cells = " | ".join(str(r[phase].get(k, "—")) for k in COLUMNS)
+            print(f"| {r['seed']} | {r['method']} | {r['n_test']} | {phase} | {cells} |")
+    em = {name: statistics.mean(r["after"]["em"] for r in results if r["method"] == name) for name in METHODS}
+    if tmp is not None:
+        tmp.cleanup()
+    print(
+        f"held-out EM after GRPO over seeds {args.seeds}: ARENA {em['arena']:.3f} vs Naive-GRPO "
+        f"{em['naive']:.3f} ({100 * (em['arena'] - em['naive']):+.1f} points)"
+    )
+
+
+if __name__ == "__main__":
+    main()
