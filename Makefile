@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/grpo_vs_trl.py
 	$(BIN)/python benchmarks/kl_estimators.py
 	$(BIN)/python benchmarks/demo_learning.py
+	$(BIN)/python benchmarks/arena_vs_naive.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -97,3 +97,42 @@ def test_eval_of_a_search_method_without_index_is_a_clear_error(world_dir):
     )
     assert result.exit_code != 0
     assert "method 'search_r1' searches a corpus: pass --index" in str(result.exception)
+
+
+def test_sft_then_train_arena_tiny_from_the_cli(world_dir, tmp_path):
+    """`ragrl sft arena-tiny --demos oracle` plays ARENA's own oracle (not the search agent's), then
+    `ragrl train arena-tiny` runs GRPO from it without a retrieval index, logging the citation audit."""
+    paths = [f"train.data.train={world_dir / 'train.jsonl'}", f"train.data.eval={world_dir / 'test.jsonl'}"]
+    small = ["train.sft.max_steps=2", "train.sft.batch_size=4", "train.steps=1",
+             "train.grpo.prompts_per_step=2", "train.data.eval_limit=3", "train.eval_every=0",
+             "rollout.max_new_tokens=12", "rollout.max_total_tokens=12", "rollout.n=3"]  # fmt: skip
+
+    def sets(*items):
+        return [a for item in items for a in ("--set", item)]
+
+    sft_dir, run_dir = tmp_path / "sft", tmp_path / "grpo"
+    result = runner.invoke(
+        app,
+        ["sft", "arena-tiny", "--demos", "oracle", "--out", str(sft_dir),
+         *sets(f"train.model.path={world_dir / 'model'}", *paths, *small)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    demos = (
+        [json.loads(line) for line in (sft_dir / "samples.jsonl").read_text().splitlines()]
+        if (sft_dir / "samples.jsonl").exists()
+        else []
+    )
+    assert all("<relevance>" in s["segments"][0]["text"] for s in demos)
+    result = runner.invoke(
+        app,
+        ["train", "arena-tiny", "--out", str(run_dir),
+         *sets(f"train.model.path={sft_dir / 'policy'}", *paths, *small)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert len(train_rows) == 1
+    for key in ("reward/arena_format", "reward/arena_relevance", "reward/arena_bonus", "cite/recall", "kl"):
+        assert key in train_rows[0], key
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert evals and all(r["eval/n"] <= 3 for r in evals)
