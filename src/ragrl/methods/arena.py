@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.console import console
+from ragrl.data.references import GOLD_REFERENCE_KEY
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
@@ -253,10 +254,6 @@ def cited_ids(text: str) -> list[int] | None:
 
 
 # -- 3. gold reference ids -----------------------------------------------------------------------------
-
-GOLD_REFERENCE_KEY = "gold_reference_ids"
-"""Where loaders store an example's gold reference numbers
-(= ``ragrl.data.references.GOLD_REFERENCE_KEY``)."""
 
 
 def gold_ids(example: Example) -> list[int]:
