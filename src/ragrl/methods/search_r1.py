@@ -11,6 +11,12 @@ A closing tag pairs with the nearest opening tag of the same name before it, so
 and internal whitespace collapsed. A segment with neither span is ``invalid``; so is an empty query or an
 empty answer. ``<think>`` is optional and never checked (the format reward, later, may check it).
 
+The optional evaluation step (``protocol.evaluate``; Eval-RAR, ``ragrl.methods.eval_rar``) adds an
+``<evaluate>…</evaluate>`` block after every observation, written either at the start of the policy's
+next turn (``free``: only the prompt asks for it) or by a separate generation right after the
+observation that stops at ``</evaluate>`` (``separate``; ``prefill_evaluate`` ends the observation
+with ``<evaluate>``). ``evaluations(trajectory)`` reads the blocks back from policy text only.
+
 The prompt is our own wording (``configs/search_r1.yaml``); only the tags and the turn structure follow
 the paper. The example answer the prompt shows (``<answer> Paris </answer>``) cannot be mistaken for the
 policy's answer because only generated segments are parsed (Search-R1's "two ``<answer>`` matches" quirk
@@ -25,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
-from ragrl.rollout.protocol import Protocol, find_spans, last_span_of, squash_ws
+from ragrl.rollout.protocol import Protocol, find_spans, first_span, last_span_of, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
 from ragrl.train.config import TrainConfig
 
@@ -56,6 +63,17 @@ class SearchR1ProtocolConfig:
         "\nThat was not a valid action ({error}). Write a query as <search> query </search> "
         "or the final answer as <answer> answer </answer>.\n"
     )
+    """Observation for an invalid action; ``{error}`` (optional) says what was wrong."""
+    question_mark: bool = False
+    """End the question with ``?`` when it does not (the Search-R1 / AutoRefine data code)."""
+    evaluate: str = "none"
+    """The evaluation step after each search: ``none``, ``free`` or ``separate`` (module doc). (Not
+    ``off``: YAML reads an unquoted ``off`` as the boolean false.)"""
+    prefill_evaluate: bool = False
+    """``separate`` only: the observation ends with ``<evaluate>``, the policy writes the body."""
+
+
+EVALUATE_MODES = ("none", "free", "separate")
 
 
 def _default_reward() -> list[dict[str, Any]]:
@@ -77,7 +95,7 @@ class SearchR1Config:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
-TAG_NAMES = ("think", "search", "information", "answer")
+TAG_NAMES = ("think", "search", "information", "evaluate", "answer")
 TAGS = tuple(t for name in TAG_NAMES for t in (f"<{name}>", f"</{name}>"))
 """Every tag of the protocol, opening and closing (what a tokenizer should keep as single tokens)."""
 
@@ -88,14 +106,39 @@ class SearchR1Protocol(Protocol):
     action_tags = ("search", "answer")
 
     def __init__(self, config: SearchR1ProtocolConfig | None = None) -> None:
-        self.config = config or SearchR1ProtocolConfig()
+        self.config = c = config or SearchR1ProtocolConfig()
+        if c.evaluate not in EVALUATE_MODES:
+            hint = (
+                " (YAML reads unquoted off/on/yes/no as booleans)" if c.evaluate in ("True", "False") else ""
+            )
+            raise RagrlError(
+                f"protocol.evaluate must be one of {', '.join(EVALUATE_MODES)}, got {c.evaluate!r}{hint}"
+            )
+        if c.prefill_evaluate and c.evaluate != "separate":
+            raise RagrlError("protocol.prefill_evaluate needs protocol.evaluate: separate")
+        if c.evaluate != "none":
+            self.name = "eval_rar"
+        if c.evaluate == "separate":
+            self.followup_stop = ("</evaluate>",)
+        for key, template in (("protocol.user", c.user), ("protocol.system", c.system or "")):
+            try:
+                template.format(question="q")
+            except (KeyError, IndexError, ValueError) as e:
+                raise RagrlError(
+                    f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}"
+                ) from None
+
+    def question(self, example: Example) -> str:
+        q = example.question.strip()
+        return q + "?" if self.config.question_mark and not q.endswith("?") else q
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         c = self.config
+        q = self.question(example)
         out = []
         if c.system:
-            out.append({"role": "system", "content": c.system.format(question=example.question.strip())})
-        out.append({"role": "user", "content": c.user.format(question=example.question.strip())})
+            out.append({"role": "system", "content": c.system.format(question=q)})
+        out.append({"role": "user", "content": c.user.format(question=q)})
         return out
 
     def parse(self, text: str, turn: int) -> Action:
@@ -110,6 +153,17 @@ class SearchR1Protocol(Protocol):
             return Action("invalid", turn=turn, error=f"empty {what}")
         return Action(span.tag, content=content, turn=turn)
 
+    def parse_followup(self, text: str, turn: int) -> Action:
+        """The separate evaluation step: the body of its ``<evaluate>`` block (with ``prefill_evaluate``,
+        the text before ``</evaluate>``)."""
+        if self.config.prefill_evaluate:
+            body, closed, _ = text.partition("</evaluate>")
+            error = None if closed else "unclosed <evaluate> block"
+        else:
+            span = first_span(text, "evaluate")
+            body, error = (span.content, None) if span else ("", "no <evaluate> block")
+        return Action("evaluate", content=squash_ws(body), turn=turn, error=error)
+
     def render_doc(self, index: int, hit: Hit) -> str:
         p = hit.passage
         return self.config.doc_template.format(
@@ -123,7 +177,8 @@ class SearchR1Protocol(Protocol):
             if hits
             else c.no_results
         )
-        return f"{c.information_prefix}{body}{c.information_suffix}"
+        prefill = "<evaluate>" if c.prefill_evaluate else ""
+        return f"{c.information_prefix}{body}{c.information_suffix}{prefill}"
 
     def corrective(self, action: Action) -> str:
         return self.config.corrective.format(error=action.error or "unreadable action")
@@ -132,14 +187,47 @@ class SearchR1Protocol(Protocol):
         """Observations and corrective messages exactly as the config renders them (prefix and suffix
         included), so a saved completion splits back into the same policy and environment parts."""
         c = self.config
-        patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix)]
-        head, _, tail = c.corrective.partition("{error}")
-        if tail:
+        prefill = "(?:<evaluate>)?" if c.prefill_evaluate else ""
+        patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix) + prefill]
+        head, has_error, tail = c.corrective.partition("{error}")
+        if not has_error:
+            patterns.append(re.escape(c.corrective))
+        elif tail:
             patterns.append(re.escape(head) + r".*?" + re.escape(tail))
         spans = []
         for pattern in patterns:
             spans += [m.span() for m in re.finditer(pattern, text, re.DOTALL)]
         return sorted(spans)
+
+
+def evaluations(trajectory: Trajectory) -> list[str]:
+    """The bodies of the ``<evaluate>`` blocks the policy wrote, in order (whitespace collapsed).
+
+    Only policy text is read: each observation counts as a line break, except that an observation
+    ending with the prefilled ``<evaluate>`` opens the block the next policy segment closes. The prompt
+    (which names the tags) is never read."""
+    parts = []
+    for s in trajectory.segments:
+        if s.kind == "policy":
+            parts.append(s.text)
+        else:
+            parts.append("\n<evaluate>" if s.text.rstrip().endswith("<evaluate>") else "\n")
+    return [squash_ws(span.content) for span in find_spans("".join(parts), "evaluate")]
+
+
+def valid_searches(trajectory: Trajectory) -> int:
+    """Searches that were executed (parsed, and passages came back or none matched): the paper's
+    "valid search count"."""
+    return sum(1 for a in trajectory.actions if a.kind == "search" and a.error is None)
+
+
+def search_diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
+    """Per-trajectory search statistics beyond the trainer's own (``searches``, ``response_len`` in
+    policy tokens): executed searches and the response length with the retrieved tokens."""
+    return {
+        "valid_searches": float(valid_searches(trajectory)),
+        "response_len_with_info": float(len(trajectory.completion_ids)),
+    }
 
 
 def thoughts(text: str) -> list[str]:
@@ -191,4 +279,5 @@ def build_method(cfg: Any) -> Method:
         rollout=config.rollout,
         reward=build_reward(config.reward),
         train=config.train,
+        diagnostics=search_diagnostics,
     )

@@ -12,7 +12,11 @@ Each turn:
    protocol, on that segment's text only;
 3. all search queries of the turn go to the retriever in ONE ``retriever.search`` call;
 4. each observation (passages, or the corrective message for an invalid action) is tokenized once
-   (``encode(text, add_special_tokens=False)``) and appended as an env segment (loss mask 0).
+   (``encode(text, add_special_tokens=False)``) and appended as an env segment (loss mask 0);
+5. if the protocol asks for a follow-up (``Protocol.followup_stop``, Eval-RAR's separate evaluation),
+   every episode that just received passages generates once more in ONE ``generate`` call, stopped by
+   those strings; the segment is a policy segment and ``parse_followup`` of it is recorded as a
+   second action of the same step. EOS there ends the episode ``"eos"``.
 
 Budgets and their recorded outcomes (``Trajectory.finish_reason`` / ``truncated``):
 
@@ -48,6 +52,8 @@ from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 FINISH_REASONS = ("answer", "eos", "max_turns", "max_tokens", "invalid_limit")
+FOLLOWUP_STEP = 1_000
+"""Follow-up generations sample with the seeds of step ``FOLLOWUP_STEP + turn``."""
 
 
 @dataclass
@@ -243,28 +249,11 @@ class RolloutEngine:
         pairs = [(ep, a) for ep, a in zip(active, allowance, strict=True) if a >= 1]
         if not pairs:
             return
-        prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep, _ in pairs]
-        seeds = None
-        if seed is not None:
-            seeds = tuple(
-                episode_seed(seed, turn, ep.traj.metadata["group"], ep.traj.metadata["sample"])
-                for ep, _ in pairs
-            )
-        params = cfg.sampling(max(a for _, a in pairs), self.protocol.stop, turn_seed(seed, turn), seeds)
-        t = time.perf_counter()
-        gens = self.backend.generate(prompts, params)
-        dt = time.perf_counter() - t
-        if len(gens) != len(prompts):
-            raise RagrlError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
-
+        generated = self._generate(pairs, turn, seed, self.protocol.stop)
         searches: list[tuple[_Episode, Action]] = []
-        for (ep, a), gen in zip(pairs, gens, strict=True):
-            ep.t_generate += dt
-            ids, logprobs, finish = _cut(gen, a)
-            text = self._decode(ids)
-            ep.traj.segments.append(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
+        for (ep, _), (text, finish) in zip(pairs, generated, strict=True):
             action = self.protocol.safe_parse(text, turn)
-            action.turn = turn  # one policy segment per turn: also the policy segment's index
+            action.turn = turn
             ep.traj.actions.append(action)
 
             if self.protocol.is_final(action):
@@ -309,6 +298,53 @@ class RolloutEngine:
                 action.retrieved_ids = [h.id for h in hits]
                 action.retrieved_scores = [float(h.score) for h in hits]
                 self._append_obs(ep, self.protocol.observation(action, hits), t0)
+            if self.protocol.followup_stop:
+                self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
+
+    def _generate(
+        self, pairs: list[tuple[_Episode, int]], step: int, seed: int | None, stop: tuple[str, ...]
+    ) -> list[tuple[str, str]]:
+        """One batched generate call: each episode's prompt plus its segments so far, at most its
+        allowance of new tokens; appends each generation as a policy segment and returns
+        ``(text, finish_reason)`` per episode. ``step`` derives the sampling seeds."""
+        cfg = self.config
+        prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep, _ in pairs]
+        seeds = None
+        if seed is not None:
+            seeds = tuple(
+                episode_seed(seed, step, ep.traj.metadata["group"], ep.traj.metadata["sample"])
+                for ep, _ in pairs
+            )
+        params = cfg.sampling(max(a for _, a in pairs), stop, turn_seed(seed, step), seeds)
+        t = time.perf_counter()
+        gens = self.backend.generate(prompts, params)
+        dt = time.perf_counter() - t
+        if len(gens) != len(prompts):
+            raise RagrlError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
+        out = []
+        for (ep, a), gen in zip(pairs, gens, strict=True):
+            ep.t_generate += dt
+            ids, logprobs, finish = _cut(gen, a)
+            text = self._decode(ids)
+            ep.traj.segments.append(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
+            out.append((text, finish))
+        return out
+
+    def _followup(self, episodes: list[_Episode], turn: int, seed: int | None, t0: float) -> None:
+        """The protocol's follow-up generation after a search's observation (see the module doc)."""
+        cfg = self.config
+        pairs = [(ep, min(cfg.max_new_tokens, cfg.max_total_tokens - ep.used)) for ep in episodes]
+        pairs = [(ep, a) for ep, a in pairs if a >= 1]  # no budget left: _append_obs ended it
+        if not pairs:
+            return
+        # its own seed stream: FOLLOWUP_STEP + turn never collides with a turn index
+        results = self._generate(pairs, FOLLOWUP_STEP + turn, seed, self.protocol.followup_stop)
+        for (ep, _), (text, finish) in zip(pairs, results, strict=True):
+            ep.traj.actions.append(self.protocol.parse_followup(text, turn))
+            if finish == "eos":
+                self._finish(ep, "eos", truncated=False, t0=t0)
+            elif ep.used >= cfg.max_total_tokens:
+                self._finish(ep, "max_tokens", truncated=True, t0=t0)
 
 
 def _cut(gen: Generation, allowance: int) -> tuple[list[int], list[float], str]:

@@ -10,7 +10,10 @@ A protocol answers five questions for the rollout engine (``ragrl.rollout.engine
   whose ``error`` says why;
 * what the environment answers: ``observation(action, hits)`` for a search, ``corrective(action)`` for
   an invalid action;
-* whether the episode is over: ``is_final(action)``.
+* whether the episode is over: ``is_final(action)``;
+* optionally, what the policy writes right after each search's observation: ``followup_stop``
+  non-empty asks the engine for one more generation there (Eval-RAR's separate ``<evaluate>`` step),
+  read by ``parse_followup``.
 
 Nothing here special-cases a model: the only model-specific thing is the tokenizer's own chat template.
 """
@@ -148,6 +151,10 @@ class Protocol(ABC):
     name: str = "protocol"
     stop: tuple[str, ...] = ()
     needs_retriever: bool = True  # False: the policy reads given passages (ragrl eval needs no --index)
+    followup_stop: tuple[str, ...] = ()
+    """Non-empty: after every executed search's observation the engine runs one more policy generation,
+    stopped by these strings (or EOS, or the token budgets), and records ``parse_followup`` of it. It
+    belongs to the same step as the search (it does not count towards ``max_turns``)."""
 
     @abstractmethod
     def messages(self, example: Example) -> list[dict[str, str]]:
@@ -183,6 +190,10 @@ class Protocol(ABC):
         """The protocol's fixed wording (prompt templates and the like) that its configs do not spell
         out, so a locally trained tokenizer learns those words (``ragrl.llm.tiny``)."""
         return []
+
+    def parse_followup(self, text: str, turn: int) -> Action:
+        """The action recorded for a follow-up generation (see ``followup_stop``)."""
+        return Action("followup", content=squash_ws(text), turn=turn)
 
     def is_final(self, action: Action) -> bool:
         return action.kind == "answer"

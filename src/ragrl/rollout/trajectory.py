@@ -54,7 +54,9 @@ class Action:
     content: str = ""
     """The query of a search, the answer text of an answer, the body of an evaluate/reflect block."""
     turn: int = 0
-    """Index of the policy segment this action was parsed from."""
+    """The step (policy turn, counted from 0) this action was parsed in. A protocol with follow-up
+    generations (``Protocol.followup_stop``) records two actions in a search step: the search and
+    the follow-up."""
     retrieved_ids: list[str] = field(default_factory=list)
     retrieved_scores: list[float] = field(default_factory=list)
     error: str | None = None

@@ -50,6 +50,20 @@ _TAG_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _YEAR_RE = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 
 
+class EvaluationPhrases:
+    """What Eval-RAR's oracle (``ragrl.methods.eval_rar.EvalRarOracle``) writes inside ``<evaluate>``."""
+
+    found = "The documents give {found}."
+    not_found = "The documents do not give the fact I searched for."
+    missing = "Still missing: {need}"
+    answerable = "This answers the question: {answer}."
+    unanswerable = "The documents do not contain the fact I need."
+
+    @classmethod
+    def all(cls) -> list[str]:
+        return [cls.found, cls.not_found, cls.missing, cls.answerable, cls.unanswerable]
+
+
 def demonstrator_texts() -> list[str]:
     """The fixed phrases the demonstrators write (their thoughts), for a tokenizer's training texts: a
     policy warm-started on demonstrations should be able to spell every word of them."""
@@ -59,6 +73,7 @@ def demonstrator_texts() -> list[str]:
         "I know it.",
         "Let me search for the question.",
         "I will answer from the retrieved documents.",
+        *(phrase.format(found="", need="", answer="") for phrase in EvaluationPhrases.all()),
     ]
 
 
