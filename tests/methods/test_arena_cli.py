@@ -117,12 +117,8 @@ def test_sft_then_train_arena_tiny_from_the_cli(world_dir, tmp_path):
          *sets(f"train.model.path={world_dir / 'model'}", *paths, *small)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    demos = (
-        [json.loads(line) for line in (sft_dir / "samples.jsonl").read_text().splitlines()]
-        if (sft_dir / "samples.jsonl").exists()
-        else []
-    )
-    assert all("<relevance>" in s["segments"][0]["text"] for s in demos)
+    demos = [json.loads(line) for line in (sft_dir / "demonstrations.jsonl").read_text().splitlines()]
+    assert demos and all("<relevance>" in s["segments"][0]["text"] for s in demos)
     result = runner.invoke(
         app,
         ["train", "arena-tiny", "--out", str(run_dir),

@@ -78,7 +78,7 @@ def sft(
     resume: ResumeOption = None,
 ) -> None:
     """Supervised warm start on demonstration trajectories (loss on policy tokens only)."""
-    from ragrl.rollout.engine import read_trajectories
+    from ragrl.rollout.engine import read_trajectories, write_trajectories
     from ragrl.train.base import load_examples, load_index
     from ragrl.train.report import write_report
     from ragrl.train.setup import load_policy, make_accelerator
@@ -108,6 +108,8 @@ def sft(
             load_examples(cfg.data.train, "train.data.train"), "train.data.train"
         )
         trajectories = demonstration_trajectories(method, tokenizer, demonstrator, examples, retriever)
+        if accelerator.is_main_process:  # what the warm start learned from, kept with the run
+            write_trajectories(run_dir / "demonstrations.jsonl", trajectories)
     else:
         trajectories = read_trajectories(demos)
     console.print(f"SFT on {len(trajectories)} demonstrations")

@@ -1,0 +1,175 @@
+"""Eval-RAR vs Search-R1 on the CPU, from a deliberately weak warm start (Eval-RAR spec §7.2 item 3).
+
+For each seed: the synthetic world (seed-specific), its BM25 index and one tiny policy; then for each arm
+
+* ``search_r1``: Search-R1's prompt and the outcome reward (EM) only;
+* ``eval_rar``: the evaluate step and the gated reward (1 / 0.1 / 0);
+* ``eval_rar_no_eval`` (with ``--ablation``): the evaluate step, EM only (the paper's Table 2 ablation);
+
+1. a short SFT warm start on the arm's own oracle (``--sft-steps``; the Eval-RAR oracle also writes an
+   evaluation after every observation), so the policy starts mostly wrong;
+2. GRPO with identical budgets for every arm (``COMMON``: G = 5, the same token limits, optimiser, KL
+   and steps; only the protocol and the reward differ);
+3. greedy evaluation of the warm start and of the trained policy on the held-out questions.
+
+Reported per arm: held-out EM, searches and executed searches per question, answer rate, the
+evaluate-contains-gold rate, and from training the mean share of zero-variance groups (groups that give
+no gradient) and the mean number of searches per rollout over the first and the last 10 steps.
+
+The last line is the headline: held-out EM after GRPO and searches per question, Eval-RAR vs Search-R1,
+averaged over the seeds.
+
+    python benchmarks/eval_rar_vs_search_r1.py --seeds 0 1 [--sft-steps 60] [--steps 30] [--ablation]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from tiny_setup import open_workdir
+
+from ragrl.data.io import read_corpus, read_examples
+from ragrl.data.synth import generate_world
+from ragrl.data.synth.demonstrators import OracleDemonstrator
+from ragrl.eval.runner import evaluate
+from ragrl.llm.tiny import create_tiny_policy
+from ragrl.methods import load_method
+from ragrl.retrieval.base import load_retriever
+from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.train.grpo import GRPOTrainer
+from ragrl.train.setup import load_policy, make_accelerator
+from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+ARMS = {
+    "search_r1": ("search_r1-tiny", []),
+    "eval_rar": ("eval_rar-tiny", []),
+    "eval_rar_no_eval": ("eval_rar-tiny", ["reward.1.weight=0.0"]),
+}
+COMMON = [
+    "rollout.n=5", "rollout.max_turns=4", "rollout.max_total_tokens=384", "rollout.max_new_tokens=64",
+    "rollout.max_obs_tokens=160", "rollout.k=2", "rollout.temperature=0.5",
+    "train.grpo.prompts_per_step=16", "train.grpo.micro_batch_size=80", "train.grpo.kl=low_var_kl",
+    "train.grpo.kl_coef=0.001", "train.grpo.advantage_params.std=sample",
+    "train.grpo.advantage_params.eps=1e-6",
+    "train.grpo.group_filter=drop_zero_variance", "train.optim.lr=2e-4", "train.optim.warmup_steps=5",
+    "train.sft.batch_size=16", "train.sft.lr=1e-3", "train.eval_every=0", "train.samples_every=0",
+]  # fmt: skip
+COLUMNS = ("em", "searches_per_question", "valid_searches", "answer_rate", "evaluate_contains_gold")
+
+
+def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: ANN001
+    report = evaluate(backend, retriever, method, examples)
+    return {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+
+
+def training_summary(metrics: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = [r for r in rows if r.get("kind") == "train"]
+
+    def mean(key: str, part: list[dict]) -> float:
+        return round(statistics.mean(r[key] for r in part), 3)
+
+    return {
+        "zero_variance_frac": mean("zero_variance_frac", rows),
+        "reward_first10": mean("reward", rows[:10]),
+        "reward_last10": mean("reward", rows[-10:]),
+        "searches_first10": mean("searches", rows[:10]),
+        "searches_last10": mean("searches", rows[-10:]),
+    }
+
+
+def world(workdir: Path, seed: int) -> tuple[Path, Path, Path]:
+    data = workdir / f"world-{seed}"
+    if not (data / "train.jsonl").is_file():
+        generate_world(seed, "small").write(data)
+    index = data / "bm25"
+    if not index.is_dir():
+        BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
+    model_dir = workdir / f"policy-{seed}"
+    if not (model_dir / "config.json").is_file():
+        create_tiny_policy(data, model_dir, seed=seed)
+    return data, index, model_dir
+
+
+def run(workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, extra: list[str]) -> dict:
+    data, index, model_dir = world(workdir, seed)
+    train = read_examples(data / "train.jsonl")[0]
+    test = read_examples(data / "test.jsonl")[0]
+    retriever = load_retriever(index)
+    out = workdir / f"{arm}-{seed}"
+    config_name, arm_overrides = ARMS[arm]
+    method = load_method(
+        config_name,
+        [*COMMON, *arm_overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
+         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
+    )  # fmt: skip
+    config = method.train
+    t0 = time.perf_counter()
+    accelerator = make_accelerator(config)
+    model, tokenizer = load_policy(config.model, accelerator.device)
+    oracle = method.oracle or OracleDemonstrator()  # Search-R1 plays the world's search oracle
+    demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
+    sft = SFTTrainer(
+        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
+        accelerator=accelerator, model=model, tokenizer=tokenizer,
+    )  # fmt: skip
+    sft.train()
+    grpo = GRPOTrainer(
+        method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=retriever,
+        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
+    )  # fmt: skip
+    before = scores(grpo.backend, retriever, method, test)
+    grpo.train()
+    after = scores(grpo.backend, retriever, method, test)
+    return {"seed": seed, "arm": arm, "n_test": len(test), "before": before, "after": after,
+            "training": training_summary(out / "metrics.jsonl"),
+            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--sft-steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--ablation", action="store_true", help="also run Eval-RAR without the evaluation reward")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
+    args = ap.parse_args()
+    arms = [a for a in ARMS if args.ablation or a != "eval_rar_no_eval"]
+    tmp, workdir = open_workdir(args.workdir, "ragrl-eval-rar-vs-search-r1-")
+    results = []
+    for seed in args.seeds:
+        for arm in arms:
+            r = run(workdir, seed, arm, args.sft_steps, args.steps, args.overrides)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")
+    train_cols = ("zero_variance_frac", "searches_first10", "searches_last10")
+    print(f"\n| seed | arm | questions | phase | {' | '.join(COLUMNS)} | {' | '.join(train_cols)} |")
+    print("|---|---|---|---|" + "---|" * (len(COLUMNS) + len(train_cols)))
+    for r in results:
+        for phase in ("before", "after"):
+            cells = " | ".join(str(r[phase].get(k, "—")) for k in COLUMNS)
+            train = " | ".join(str(r["training"][k]) if phase == "after" else "" for k in train_cols)
+            print(f"| {r['seed']} | {r['arm']} | {r['n_test']} | {phase} | {cells} | {train} |")
+
+    def avg(arm: str, key: str) -> float:
+        return statistics.mean(r["after"][key] for r in results if r["arm"] == arm)
+
+    if tmp is not None:
+        tmp.cleanup()
+    em_gap = 100 * (avg("eval_rar", "em") - avg("search_r1", "em"))
+    print(
+        f"held-out after GRPO over seeds {args.seeds}: EM Eval-RAR {avg('eval_rar', 'em'):.3f} vs Search-R1 "
+        f"{avg('search_r1', 'em'):.3f} ({em_gap:+.1f} points); "
+        f"searches/question {avg('eval_rar', 'searches_per_question'):.2f} vs "
+        f"{avg('search_r1', 'searches_per_question'):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
