@@ -398,3 +398,15 @@ def test_the_evaluation_tier_breaks_ties_in_all_wrong_groups():
     # with one correct answer, the tier only reorders the wrong ones, far below the correct one
     adv = compute_advantages("grpo", torch.tensor([1.0, 0.1, 0.0, 0.0, 0.0]), groups, std="sample", eps=1e-6)
     assert adv[0] > 1.7 and 0 > adv[1] > adv[2]
+
+
+def test_saved_prefilled_completions_replay():
+    """With ``prefill_evaluate`` the observation ends with ``<evaluate>`` (environment text) and the
+    policy writes only the body; the replayed trajectory reads the same evaluation."""
+    m = method("protocol.evaluate=separate", "protocol.prefill_evaluate=true")
+    completion = "<search> Checkers speech </search>" + INFO[1] + "<evaluate> died April 22, 1994 </evaluate>"
+    completion += "<answer> 1952 </answer>"
+    t = trajectory_from_completion("q0", completion, m.protocol)
+    assert [s.kind for s in t.segments] == ["policy", "env", "policy"]
+    assert t.segments[1].text.endswith("<evaluate>") and evaluations(t) == ["died April 22, 1994"]
+    assert m.reward(t, QUESTION).total == pytest.approx(0.1)
