@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/kl_estimators.py
 	$(BIN)/python benchmarks/demo_learning.py
 	$(BIN)/python benchmarks/arena_vs_naive.py
+	$(BIN)/python benchmarks/eval_rar_vs_search_r1.py --seeds 0 1 --ablation
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -19,7 +19,7 @@ no gradient) and the mean number of searches per rollout over the first and the 
 The last line is the headline: held-out EM after GRPO and searches per question, Eval-RAR vs Search-R1,
 averaged over the seeds.
 
-    python benchmarks/eval_rar_vs_search_r1.py --seeds 0 1 [--sft-steps 60] [--steps 30] [--ablation]
+    python benchmarks/eval_rar_vs_search_r1.py --seeds 0 1 [--sft-steps 100] [--steps 30] [--ablation]
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from tiny_setup import open_workdir
 from ragrl.data.io import read_corpus, read_examples
 from ragrl.data.synth import generate_world
 from ragrl.data.synth.demonstrators import OracleDemonstrator
+from ragrl.data.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.eval.runner import evaluate
 from ragrl.llm.tiny import create_tiny_policy
 from ragrl.methods import load_method
+from ragrl.metrics.normalize import normalize
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.train.grpo import GRPOTrainer
@@ -58,12 +60,21 @@ COMMON = [
     "train.grpo.group_filter=drop_zero_variance", "train.optim.lr=2e-4", "train.optim.warmup_steps=5",
     "train.sft.batch_size=16", "train.sft.lr=1e-3", "train.eval_every=0", "train.samples_every=0",
 ]  # fmt: skip
-COLUMNS = ("em", "searches_per_question", "valid_searches", "answer_rate", "evaluate_contains_gold")
+COLUMNS = ("em", "em_answerable", "unknown_rate", "searches_per_question", "valid_searches", "answer_rate",
+           "evaluate_contains_gold")  # fmt: skip
 
 
 def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: ANN001
+    """Greedy held-out scores, plus EM on the answerable questions only and the share of ``unknown``
+    answers (always answering ``unknown`` scores the unanswerable share of EM without searching)."""
     report = evaluate(backend, retriever, method, examples)
-    return {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+    out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+    answerable = {ex.id for ex in examples if ex.metadata.get("answerable", True) is not False}
+    rows = [r for r in report.rows if r["id"] in answerable]
+    out["em_answerable"] = round(statistics.mean(r["em"] for r in rows), 3) if rows else 0.0
+    unknown = [normalize(str(r["prediction"] or "")) == UNANSWERABLE_ANSWER for r in report.rows]
+    out["unknown_rate"] = round(statistics.mean(unknown), 3) if unknown else 0.0
+    return out
 
 
 def training_summary(metrics: Path) -> dict[str, float]:
@@ -133,7 +144,7 @@ def run(workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, extra: l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--sft-steps", type=int, default=60)
+    ap.add_argument("--sft-steps", type=int, default=100)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--ablation", action="store_true", help="also run Eval-RAR without the evaluation reward")
     ap.add_argument("--workdir", type=Path, default=None)
