@@ -5,6 +5,8 @@ For each seed: the synthetic world (seed-specific), its BM25 index and one tiny 
 * ``search_r1``: Search-R1's prompt and the outcome reward (EM) only;
 * ``eval_rar``: the evaluate step and the gated reward (1 / 0.1 / 0);
 * ``eval_rar_no_eval`` (with ``--ablation``): the evaluate step, EM only (the paper's Table 2 ablation);
+* ``eval_rar_code`` (with ``--arms``): the evaluation tier only for trajectories that answered
+  (AutoRefine's code, ``reward.1.if_no_answer=code``);
 
 1. a short SFT warm start on the arm's own oracle (``--sft-steps``; the Eval-RAR oracle also writes an
    evaluation after every observation), so the policy starts mostly wrong;
@@ -50,6 +52,7 @@ ARMS = {
     "search_r1": ("search_r1-tiny", []),
     "eval_rar": ("eval_rar-tiny", []),
     "eval_rar_no_eval": ("eval_rar-tiny", ["reward.1.weight=0.0"]),
+    "eval_rar_code": ("eval_rar-tiny", ["reward.1.if_no_answer=code"]),
 }
 COMMON = [
     "rollout.n=5", "rollout.max_turns=4", "rollout.max_total_tokens=384", "rollout.max_new_tokens=64",
@@ -147,10 +150,12 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=100)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--ablation", action="store_true", help="also run Eval-RAR without the evaluation reward")
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=None, help="the arms to run (default: "
+                    "search_r1 and eval_rar, plus eval_rar_no_eval with --ablation)")  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
     args = ap.parse_args()
-    arms = [a for a in ARMS if args.ablation or a != "eval_rar_no_eval"]
+    arms = args.arms or ["search_r1", "eval_rar", *(["eval_rar_no_eval"] if args.ablation else [])]
     tmp, workdir = open_workdir(args.workdir, "ragrl-eval-rar-vs-search-r1-")
     results = []
     for seed in args.seeds:
@@ -173,6 +178,8 @@ def main() -> None:
 
     if tmp is not None:
         tmp.cleanup()
+    if not {"search_r1", "eval_rar"} <= set(arms):
+        return
     em_gap = 100 * (avg("eval_rar", "em") - avg("search_r1", "em"))
     print(
         f"held-out after GRPO over seeds {args.seeds}: EM Eval-RAR {avg('eval_rar', 'em'):.3f} vs Search-R1 "
