@@ -7,6 +7,8 @@ For each seed: the synthetic world (seed-specific), its BM25 index and one tiny 
 * ``eval_rar_no_eval`` (with ``--ablation``): the evaluate step, EM only (the paper's Table 2 ablation);
 * ``eval_rar_code`` (with ``--arms``): the evaluation tier only for trajectories that answered
   (AutoRefine's code, ``reward.1.if_no_answer=code``);
+* ``eval_rar_guarded`` (with ``--arms``): that, plus word containment and only the evaluations that
+  open the text right after an observation (``after_observation_only``, our guard against gaming);
 
 1. a short SFT warm start on the arm's own oracle (``--sft-steps``; the Eval-RAR oracle also writes an
    evaluation after every observation), so the policy starts mostly wrong;
@@ -53,6 +55,10 @@ ARMS = {
     "eval_rar": ("eval_rar-tiny", []),
     "eval_rar_no_eval": ("eval_rar-tiny", ["reward.1.weight=0.0"]),
     "eval_rar_code": ("eval_rar-tiny", ["reward.1.if_no_answer=code"]),
+    "eval_rar_guarded": (
+        "eval_rar-tiny",
+        ["reward.1.if_no_answer=code", "reward.1.containment=word", "reward.1.after_observation_only=true"],
+    ),
 }
 COMMON = [
     "rollout.n=5", "rollout.max_turns=4", "rollout.max_total_tokens=384", "rollout.max_new_tokens=64",

@@ -360,6 +360,7 @@ def test_diagnostics():
         "valid_searches": 1.0,
         "response_len_with_info": 0.0,  # these segments carry no token ids
         "evaluate_blocks": 1.0,
+        "evaluate_blocks_unprompted": 0.0,
         "evaluate_words": 3.0,
         "evaluate_contains_gold": 1.0,
         "tier/answer": 0.0,
@@ -410,3 +411,32 @@ def test_saved_prefilled_completions_replay():
     assert [s.kind for s in t.segments] == ["policy", "env", "policy"]
     assert t.segments[1].text.endswith("<evaluate>") and evaluations(t) == ["died April 22, 1994"]
     assert m.reward(t, QUESTION).total == pytest.approx(0.1)
+
+
+def test_after_observation_only_reads_the_evaluations_algorithm_1_asks_for():
+    """An opt-in guard (not in the paper): only the block that opens the policy text right after an
+    ``<information>`` observation counts. Blocks written without a search, after the feedback string,
+    or later in a turn are what a policy writes to game the tier (gold ``no`` / ``unknown`` / digit runs
+    with no search at all, seen on the CPU)."""
+    t = traj(
+        ("policy", "<evaluate> no unknown 1999 </evaluate><search> Checkers </search>"),  # before any search
+        INFO,
+        ("policy", "  <evaluate> Nixon gave it. </evaluate><evaluate> April 22, 1994 </evaluate><search> a"),
+        ("env", CORRECTIVE),
+        ("policy", "<evaluate> April 22, 1994 </evaluate><answer> 1952 </answer>"),  # after the feedback
+        answer="1952",
+    )  # fmt: skip
+    assert evaluations(t) == ["no unknown 1999", "Nixon gave it.", "April 22, 1994", "April 22, 1994"]
+    assert evaluations(t, after_observation_only=True) == ["Nixon gave it."]
+    guarded = method("reward.1.after_observation_only=true")
+    assert method().reward(t, QUESTION).total == pytest.approx(0.1)
+    assert guarded.reward(t, QUESTION).total == 0.0
+    d = guarded.diagnose(t, QUESTION)
+    assert d["evaluate_blocks"] == 1 and d["evaluate_blocks_unprompted"] == 3
+    # the separate variant's follow-up, prefilled or not, is the evaluation right after the observation
+    search = ("policy", "<search> a </search>")
+    prefilled = traj(search, ("env", INFO[1] + "<evaluate>"), ("policy", " ok </evaluate>"))
+    follow_up = traj(search, INFO, ("policy", "<evaluate> ok </evaluate>"))
+    assert evaluations(prefilled, True) == evaluations(follow_up, True) == ["ok"]
+    with pytest.raises(RagrlError, match="after_observation_only must be true or false"):
+        method("reward.1.after_observation_only=sometimes")

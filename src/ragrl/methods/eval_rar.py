@@ -127,9 +127,9 @@ def contains_gold(text: str, answers: list[str], variant: str = "squad", contain
     return False
 
 
-def evaluation_text(trajectory: Trajectory) -> str:
+def evaluation_text(trajectory: Trajectory, after_observation_only: bool = False) -> str:
     """y_eval: the ``<evaluate>`` bodies joined with a space (Eq. 3)."""
-    return " ".join(evaluations(trajectory))
+    return " ".join(evaluations(trajectory, after_observation_only))
 
 
 def answer_correct(trajectory: Trajectory, example: Example, variant: str = "squad") -> bool:
@@ -145,16 +145,19 @@ def evaluation_tier(
     variant: str = "squad",
     if_no_answer: str = "paper",
     containment: str = "char",
+    after_observation_only: bool = False,
 ) -> bool:
     """Whether the 0.1 tier of Eq. 5 fires: the answer is not correct, and the evaluation text contains a
-    gold answer. Without an answer, ``if_no_answer="code"`` never fires it."""
+    gold answer. Without an answer, ``if_no_answer="code"`` never fires it; ``after_observation_only``
+    reads only the evaluations that open the policy's text right after an observation."""
     if if_no_answer not in IF_NO_ANSWER:
         raise RagrlError(f"if_no_answer must be one of {', '.join(IF_NO_ANSWER)}, got {if_no_answer!r}")
     if answer_correct(trajectory, example, variant):
         return False
     if trajectory.final_answer is None and if_no_answer == "code":
         return False
-    return contains_gold(evaluation_text(trajectory), list(example.answers), variant, containment)
+    text = evaluation_text(trajectory, after_observation_only)
+    return contains_gold(text, list(example.answers), variant, containment)
 
 
 @register_reward("eval_rar_evaluation")
@@ -165,15 +168,23 @@ def evaluation_reward(
     variant: str = "squad",
     if_no_answer: str = "paper",
     containment: str = "char",
+    after_observation_only: bool = False,
 ) -> float:
     """1.0 when the evaluation tier fires (weight it with r_eval = 0.1), else 0.0."""
-    return float(evaluation_tier(trajectory, example, variant, if_no_answer, containment))
+    return float(
+        evaluation_tier(trajectory, example, variant, if_no_answer, containment, after_observation_only)
+    )
 
 
-def evaluation_settings(reward_spec: list[dict[str, Any]]) -> dict[str, str]:
-    """``variant`` / ``if_no_answer`` / ``containment`` of the config's evaluation component (the
-    defaults when it has none), checked."""
-    settings = {"variant": "squad", "if_no_answer": "paper", "containment": "char"}
+def evaluation_settings(reward_spec: list[dict[str, Any]]) -> dict[str, Any]:
+    """``variant`` / ``if_no_answer`` / ``containment`` / ``after_observation_only`` of the config's
+    evaluation component (the defaults when it has none), checked."""
+    settings: dict[str, Any] = {
+        "variant": "squad",
+        "if_no_answer": "paper",
+        "containment": "char",
+        "after_observation_only": False,
+    }
     for i, item in enumerate(reward_spec):
         if item.get("name") == "eval_rar_evaluation":
             settings.update({k: item[k] for k in settings if k in item})
@@ -181,6 +192,11 @@ def evaluation_settings(reward_spec: list[dict[str, Any]]) -> dict[str, str]:
                 raise RagrlError(
                     f"reward.{i}.if_no_answer must be one of {', '.join(IF_NO_ANSWER)}, "
                     f"got {settings['if_no_answer']!r}"
+                )
+            if not isinstance(settings["after_observation_only"], bool):
+                raise RagrlError(
+                    f"reward.{i}.after_observation_only must be true or false, "
+                    f"got {settings['after_observation_only']!r}"
                 )
             if settings["containment"] not in CONTAINMENT:
                 raise RagrlError(
@@ -196,18 +212,22 @@ def eval_rar_diagnostics(
     variant: str = "squad",
     if_no_answer: str = "paper",
     containment: str = "char",
+    after_observation_only: bool = False,
 ) -> dict[str, float]:
     """What the paper's analysis plots, per trajectory (the trainer and ``ragrl eval`` average them)."""
-    blocks = evaluations(trajectory)
+    blocks = evaluations(trajectory, after_observation_only)
     text = " ".join(blocks)
     golds = list(example.answers)
     correct = answer_correct(trajectory, example, variant)
-    fired = evaluation_tier(trajectory, example, variant, if_no_answer, containment)
-    by_char = evaluation_tier(trajectory, example, variant, if_no_answer, "char")
-    by_word = evaluation_tier(trajectory, example, variant, if_no_answer, "word")
+    tier = functools.partial(evaluation_tier, trajectory, example, variant, if_no_answer)
+    fired = tier(containment, after_observation_only)
+    by_char, by_word = tier("char", after_observation_only), tier("word", after_observation_only)
     return {
         **search_diagnostics(trajectory, example),
         "evaluate_blocks": float(len(blocks)),
+        "evaluate_blocks_unprompted": float(
+            len(evaluations(trajectory)) - len(evaluations(trajectory, True))
+        ),
         "evaluate_words": float(len(text.split())),
         "evaluate_contains_gold": float(contains_gold(text, golds, variant, containment)),
         "tier/answer": float(correct),

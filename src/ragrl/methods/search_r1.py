@@ -200,19 +200,43 @@ class SearchR1Protocol(Protocol):
         return sorted(spans)
 
 
-def evaluations(trajectory: Trajectory) -> list[str]:
+def evaluations(trajectory: Trajectory, after_observation_only: bool = False) -> list[str]:
     """The bodies of the ``<evaluate>`` blocks the policy wrote, in order (whitespace collapsed).
 
     Only policy text is read: each observation counts as a line break, except that an observation
     ending with the prefilled ``<evaluate>`` opens the block the next policy segment closes. The prompt
-    (which names the tags) is never read."""
-    parts = []
+    (which names the tags) is never read.
+
+    ``after_observation_only``: keep only the block that opens the policy text right after each
+    ``<information>`` observation (nothing but whitespace before it), i.e. the evaluations Algorithm 1
+    asks for, not blocks written without a search or later in a turn."""
+    parts: list[str] = []
+    allowed: list[tuple[int, int]] = []  # (where the block must open, where that policy segment ends)
+    offset, after_obs = 0, False
     for s in trajectory.segments:
         if s.kind == "policy":
-            parts.append(s.text)
+            if after_obs:
+                allowed.append((offset, offset + len(s.text)))
+            text, after_obs = s.text, False
         else:
-            parts.append("\n<evaluate>" if s.text.rstrip().endswith("<evaluate>") else "\n")
-    return [squash_ws(span.content) for span in find_spans("".join(parts), "evaluate")]
+            prefilled = s.text.rstrip().endswith("<evaluate>")
+            text = "\n<evaluate>" if prefilled else "\n"
+            after_obs = "<information>" in s.text and not prefilled
+            if prefilled:
+                allowed.append((offset + 1, offset + 1))
+        parts.append(text)
+        offset += len(text)
+    joined = "".join(parts)
+    spans = find_spans(joined, "evaluate")
+    if after_observation_only:
+        spans = [
+            span
+            for span in spans
+            if any(
+                a <= span.start <= max(a, end) and not joined[a : span.start].strip() for a, end in allowed
+            )
+        ]
+    return [squash_ws(span.content) for span in spans]
 
 
 def valid_searches(trajectory: Trajectory) -> int:
