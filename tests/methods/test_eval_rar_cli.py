@@ -101,3 +101,35 @@ def test_reward_command_scores_eval_rar_completions(tmp_path):
         assert result.exit_code == 0, result.output
         rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")][:-1]
         assert [r["total"] for r in rows] == pytest.approx([1.0, 0.1, 0.0, last])
+
+
+def test_the_paper_config_holds_the_papers_numbers_and_trains(world_dir, tmp_path):
+    """eval_rar.yaml is the paper's GPU recipe; shrunk to the tiny policy (fp32, no bf16 on this CPU) it
+    runs the same code path from the CLI, gradient checkpointing included."""
+    from ragrl.methods import load_method
+
+    m = load_method("eval_rar")
+    g, r = m.train.grpo, m.rollout
+    assert (r.n, r.k, r.max_turns, r.temperature, r.top_p) == (5, 3, 4, 1.0, 0.95)
+    assert (g.clip_low, g.clip_high, g.kl, g.kl_coef, m.train.optim.lr) == (
+        0.2,
+        0.2,
+        "low_var_kl",
+        0.001,
+        1e-6,
+    )
+    assert (m.train.steps, g.prompts_per_step, g.micro_batch_size) == (200, 512, 16)
+    assert [(c.name, c.weight) for c in m.reward.components] == [("em", 1.0), ("eval_rar_evaluation", 0.1)]
+    run_dir = tmp_path / "paper"
+    result = runner.invoke(
+        app,
+        ["train", "eval_rar", "--out", str(run_dir),
+         *sets(f"train.model.path={world_dir / 'model'}", *paths(world_dir), "train.model.dtype=float32",
+               "train.mixed_precision=no", "train.steps=1", "train.grpo.prompts_per_step=2",
+               "train.grpo.minibatches=1", "train.data.eval_limit=2", "train.eval_every=0",
+               "rollout.max_new_tokens=16", "rollout.max_total_tokens=128", "rollout.max_obs_tokens=48",
+               "train.optim.warmup_steps=0")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"] == [1]

@@ -97,3 +97,10 @@ def test_unknown_key_is_an_error_naming_it() -> None:
 def test_wrong_type_is_an_error_naming_the_key() -> None:
     with pytest.raises(RagrlError, match="train.steps"):
         load_method("search_r1-tiny", ["train.steps=abc"])
+
+
+def test_unquoted_yaml_no_is_mixed_precision_no() -> None:
+    """`mixed_precision: no` (or `--set train.mixed_precision=no`) reaches the dataclass as "False"."""
+    method = load_method("search_r1-tiny", ["train.mixed_precision=no"])
+    method.train.validate()
+    assert method.train.mixed_precision == "no"

@@ -153,6 +153,8 @@ class TrainConfig:
             raise RagrlError(
                 f"train.grpo.old_logprobs must be auto|recompute|rollout, got {g.old_logprobs!r}"
             )
+        if self.mixed_precision == "False":  # YAML reads an unquoted `no` as the boolean false
+            self.mixed_precision = "no"
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise RagrlError(f"train.mixed_precision must be no|bf16|fp16, got {self.mixed_precision!r}")
         if self.optim.schedule not in ("constant", "linear", "cosine"):
