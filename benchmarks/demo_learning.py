@@ -33,7 +33,9 @@ def main() -> None:
         walls.append(s["wall_seconds"])
         print(
             f"seed {seed}: held-out EM warm start {s['em_before']:.3f} -> after GRPO {s['em_after']:.3f} "
-            f"({gain:+.1f} points, {s['n_eval']} questions), {s['wall_seconds']:.0f} s, "
+            f"({gain:+.1f} points, {s['n_eval']} questions); answerable only {s['em_answerable_before']:.3f} "
+            f"-> {s['em_answerable_after']:.3f}; most common answer {s['top_answer_after']!r} "
+            f"({100 * s['top_answer_share_after']:.0f}%); {s['wall_seconds']:.0f} s, "
             f"peak {s['peak_memory_mb']:.0f} MB",
             flush=True,
         )

@@ -85,8 +85,10 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     result = runner.invoke(app, ["demo", "--out", str(out), *sets(*TINY, "train.steps=1")])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb"):
+    for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb",
+                "em_answerable_after", "top_answer_after", "top_answer_share_after"):  # fmt: skip
         assert key in summary, key
+    assert 0 < summary["top_answer_share_after"] <= 1
     assert summary["n_eval"] == 3 and summary["warm_start_steps"] == 2
     assert (out / "report.md").read_text().count("curves.png") == 1
     assert (out / "warm_start" / "metrics.jsonl").is_file()

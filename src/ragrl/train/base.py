@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,7 @@ class Trainer:
                 "eval/answer_rate": s.get("answer_rate", 0.0),
                 "eval/searches": s.get("searches_per_question", 0.0),
                 "eval/n": len(self.eval_examples),
+                **collapse_check(report.rows, self.eval_examples),
             }
             record = self.log.log("eval", self.step_count, values)
             self.evals.append(record)
@@ -234,12 +236,30 @@ class Trainer:
                 em_after=after["eval/em"],
                 em_gain=round(100 * (after["eval/em"] - before["eval/em"]), 2),
                 n_eval=before["eval/n"],
+                em_answerable_before=before["eval/em_answerable"],
+                em_answerable_after=after["eval/em_answerable"],
+                top_answer_after=after["eval/top_answer"],
+                top_answer_share_after=after["eval/top_answer_share"],
             )
         if self.acc.is_main_process:
             export_policy(self.policy, self.tokenizer, self.run_dir / "policy")
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         self.acc.wait_for_everyone()
         return summary
+
+
+def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
+    """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
+    (``metadata.answerable`` not false) and the most common prediction with its share of the rows."""
+    answerable = {ex.id for ex in examples if ex.metadata.get("answerable", True) is not False}
+    ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
+    predictions = Counter("" if r.get("prediction") is None else str(r["prediction"]) for r in rows)
+    top, count = predictions.most_common(1)[0] if predictions else ("", 0)
+    return {
+        "eval/em_answerable": round(sum(ems) / len(ems), 4) if ems else 0.0,
+        "eval/top_answer": top,
+        "eval/top_answer_share": round(count / len(rows), 4) if rows else 0.0,
+    }
 
 
 def _describe(kind: str, metrics: dict[str, Any]) -> str:

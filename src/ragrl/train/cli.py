@@ -135,7 +135,9 @@ def demo(
     s = summary
     console.print(
         f"held-out EM: warm start {s['em_before']:.3f} -> after GRPO {s['em_after']:.3f} "
-        f"({s['n_eval']} held-out questions, seed {s['seed']}); "
+        f"({s['n_eval']} held-out questions, seed {s['seed']}); answerable only "
+        f"{s['em_answerable_before']:.3f} -> {s['em_answerable_after']:.3f}; most common answer "
+        f"{s['top_answer_after']!r} ({100 * s['top_answer_share_after']:.0f}%); "
         f"{s['wall_seconds']:.0f} s, peak memory {s['peak_memory_mb']:.0f} MB; report: {out / 'report.md'}"
     )
     print(json.dumps(summary, indent=2))

@@ -29,6 +29,10 @@ _SUMMARY_LABELS = {
     "em_before": "EM before",
     "em_after": "EM after",
     "em_gain": "EM gain",
+    "em_answerable_before": "EM before, answerable questions only",
+    "em_answerable_after": "EM after, answerable questions only",
+    "top_answer_after": "most common answer after",
+    "top_answer_share_after": "its share of the answers",
     "wall_seconds": "wall time",
     "peak_memory_mb": "peak memory",
 }
@@ -200,7 +204,13 @@ def _percent(v: Any) -> str:
 def _format_summary(key: str, v: Any) -> str:
     if not _is_number(v):
         return str(v)
-    if key in ("em_before", "em_after"):
+    if key in (
+        "em_before",
+        "em_after",
+        "em_answerable_before",
+        "em_answerable_after",
+        "top_answer_share_after",
+    ):
         return _percent(v)
     if key == "em_gain":  # already in points
         return f"{v:+.1f} points"
