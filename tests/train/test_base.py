@@ -22,4 +22,6 @@ def test_collapse_check_separates_learning_from_a_constant_answer():
         "eval/top_answer": "x",
         "eval/top_answer_share": 0.5,
     }
+    rows = [{"id": "q9", "em": 0.0, "prediction": None}]
+    assert collapse_check(rows, examples)["eval/top_answer"] == "(no answer)"
     assert collapse_check([], examples)["eval/top_answer_share"] == 0.0

@@ -248,12 +248,16 @@ class Trainer:
         return summary
 
 
+NO_ANSWER = "(no answer)"
+"""How ``collapse_check`` names trajectories that ended without an answer."""
+
+
 def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
     """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
     (``metadata.answerable`` not false) and the most common prediction with its share of the rows."""
     answerable = {ex.id for ex in examples if ex.metadata.get("answerable", True) is not False}
     ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
-    predictions = Counter("" if r.get("prediction") is None else str(r["prediction"]) for r in rows)
+    predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
     top, count = predictions.most_common(1)[0] if predictions else ("", 0)
     return {
         "eval/em_answerable": round(sum(ems) / len(ems), 4) if ems else 0.0,
