@@ -49,7 +49,11 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
     model = _load(path, dtype).to(device)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers >= 5 renames it (the old name warns and will go in v6)
+        enable = (
+            getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        )
+        enable()
         model.config.use_cache = False
     if config.lora is not None:
         try:
