@@ -23,7 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tiny_setup import open_workdir
+from tiny_setup import open_workdir, warm_start_then_grpo
 
 from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
@@ -31,9 +31,6 @@ from ragrl.data.synth import generate_world
 from ragrl.eval.runner import evaluate
 from ragrl.llm.tiny import create_tiny_policy
 from ragrl.methods import load_method
-from ragrl.train.grpo import GRPOTrainer
-from ragrl.train.setup import load_policy, make_accelerator
-from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
 METHODS = {"arena": "arena-tiny", "naive": "arena-naive-tiny"}
 COLUMNS = ("em", "reward/arena_format", "reward/think_answer_format", "reward/arena_relevance",
@@ -60,20 +57,8 @@ def run(workdir: Path, seed: int, name: str, sft_steps: int, steps: int, extra: 
         [f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
          f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", "train.eval_every=0", *extra],
     )  # fmt: skip
-    config = method.train
     t0 = time.perf_counter()
-    accelerator = make_accelerator(config)
-    model, tokenizer = load_policy(config.model, accelerator.device)
-    demos = demonstration_trajectories(method, tokenizer, method.oracle, train, None)
-    sft = SFTTrainer(
-        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=None,
-        accelerator=accelerator, model=model, tokenizer=tokenizer,
-    )  # fmt: skip
-    sft.train()
-    grpo = GRPOTrainer(
-        method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=None,
-        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
-    )  # fmt: skip
+    grpo = warm_start_then_grpo(method, method.oracle, train, None, out)
     before = scores(grpo.backend, method, test)
     grpo.train()
     after = scores(grpo.backend, method, test)

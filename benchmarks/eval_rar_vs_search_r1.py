@@ -34,7 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-from tiny_setup import open_workdir
+from tiny_setup import open_workdir, warm_start_then_grpo
 
 from ragrl.data.io import read_corpus, read_examples
 from ragrl.data.synth import generate_world
@@ -46,9 +46,6 @@ from ragrl.methods import load_method
 from ragrl.metrics.normalize import normalize
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.train.grpo import GRPOTrainer
-from ragrl.train.setup import load_policy, make_accelerator
-from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
 ARMS = {
     "search_r1": ("search_r1-tiny", []),
@@ -127,21 +124,9 @@ def run(workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, extra: l
         [*COMMON, *arm_overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
          f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
     )  # fmt: skip
-    config = method.train
     t0 = time.perf_counter()
-    accelerator = make_accelerator(config)
-    model, tokenizer = load_policy(config.model, accelerator.device)
     oracle = method.oracle or OracleDemonstrator()  # Search-R1 plays the world's search oracle
-    demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
-    sft = SFTTrainer(
-        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
-        accelerator=accelerator, model=model, tokenizer=tokenizer,
-    )  # fmt: skip
-    sft.train()
-    grpo = GRPOTrainer(
-        method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=retriever,
-        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
-    )  # fmt: skip
+    grpo = warm_start_then_grpo(method, oracle, train, retriever, out)
     before = scores(grpo.backend, retriever, method, test)
     grpo.train()
     after = scores(grpo.backend, retriever, method, test)

@@ -1,11 +1,13 @@
 """What the model benchmarks share: a work folder (temporary unless given) holding the synthetic world
-(seed 0, small) and a tiny policy of a given width and depth, built once and reused."""
+(seed 0, small) and a tiny policy of a given width and depth, built once and reused; and the
+warm-start-then-GRPO pipeline the method comparisons run for each arm."""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ragrl.data.synth import generate_world
 from ragrl.llm.tiny import TinyConfig, create_tiny_policy
@@ -39,3 +41,26 @@ def world_and_policy(workdir: Path, hidden: int, layers: int) -> tuple[Path, Pat
         config = TinyConfig(hidden=hidden, layers=layers, heads=max(2, hidden // 32), intermediate=3 * hidden)
         create_tiny_policy(data, model, seed=0, config=config)
     return data, model
+
+
+def warm_start_then_grpo(method: Any, demonstrator: Any, train: list, retriever: Any, out: Path) -> Any:  # noqa: ANN401
+    """SFT on ``demonstrator``'s trajectories over ``train`` (``method.train.sft``), then a
+    ``GRPOTrainer`` from that policy (not yet trained: evaluate with its ``backend``, then ``train()``).
+    The warm start's run folder is ``out/warm_start``."""
+    from ragrl.train.grpo import GRPOTrainer
+    from ragrl.train.setup import load_policy, make_accelerator
+    from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+    config = method.train
+    accelerator = make_accelerator(config)
+    model, tokenizer = load_policy(config.model, accelerator.device)
+    demos = demonstration_trajectories(method, tokenizer, demonstrator, train, retriever)
+    sft = SFTTrainer(
+        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
+        accelerator=accelerator, model=model, tokenizer=tokenizer,
+    )  # fmt: skip
+    sft.train()
+    return GRPOTrainer(
+        method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=retriever,
+        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
+    )  # fmt: skip
