@@ -46,6 +46,7 @@ from ragrl.methods import load_method
 from ragrl.metrics.normalize import normalize
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.train.base import collapse_check
 
 ARMS = {
     "search_r1": ("search_r1-tiny", []),
@@ -75,9 +76,7 @@ def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: A
     answers (always answering ``unknown`` scores the unanswerable share of EM without searching)."""
     report = evaluate(backend, retriever, method, examples)
     out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
-    answerable = {ex.id for ex in examples if ex.metadata.get("answerable", True) is not False}
-    rows = [r for r in report.rows if r["id"] in answerable]
-    out["em_answerable"] = round(statistics.mean(r["em"] for r in rows), 3) if rows else 0.0
+    out["em_answerable"] = round(collapse_check(report.rows, examples)["eval/em_answerable"], 3)
     unknown = [normalize(str(r["prediction"] or "")) == UNANSWERABLE_ANSWER for r in report.rows]
     out["unknown_rate"] = round(statistics.mean(unknown), 3) if unknown else 0.0
     return out

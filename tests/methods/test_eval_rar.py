@@ -74,12 +74,16 @@ def test_prompt_is_one_user_message_with_the_tags_and_a_question_mark():
     assert method("protocol.question_mark=false").protocol.messages(QUESTION)[0]["content"].endswith("die")
 
 
-def test_tags_are_never_read_from_the_prompt():
-    """The prompt shows <evaluate>…</evaluate> and an example <answer>: none of it is policy text."""
+def test_tags_are_never_read_from_the_prompt(bm25):
+    """The prompt shows <evaluate>…</evaluate> and an example <answer>: a real rollout carries them in
+    its prompt ids, and none of it is read as policy text."""
     m = method()
     prompt = m.protocol.prompt_text(QUESTION)
-    t = traj(("policy", "<think> hmm </think>"))
+    backend = ScriptedBackend(TOK, lambda prompt_ids, i: "<think> hmm </think>")
+    (t,) = RolloutEngine(backend, bm25, m.protocol, m.rollout).run([QUESTION], n=1)
+    assert "<evaluate>" in TOK.decode(t.prompt_ids) and "<answer> Paris </answer>" in TOK.decode(t.prompt_ids)
     assert "<answer> Paris </answer>" in prompt and evaluations(t) == []
+    assert t.final_answer is None
     assert m.reward(t, QUESTION).total == 0.0
 
 

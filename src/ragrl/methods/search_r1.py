@@ -232,9 +232,7 @@ def evaluations(trajectory: Trajectory, after_observation_only: bool = False) ->
         spans = [
             span
             for span in spans
-            if any(
-                a <= span.start <= max(a, end) and not joined[a : span.start].strip() for a, end in allowed
-            )
+            if any(a <= span.start <= end and not joined[a : span.start].strip() for a, end in allowed)
         ]
     return [squash_ws(span.content) for span in spans]
 

@@ -241,7 +241,7 @@ class RolloutEngine:
         self, active: list[_Episode], turn: int, seed: int | None, *, execute_search: bool, t0: float
     ) -> None:
         cfg = self.config
-        allowance = [min(cfg.max_new_tokens, cfg.max_total_tokens - ep.used) for ep in active]
+        allowance = [self._allowance(ep) for ep in active]
         # an episode with no budget left was already ended by _append_obs; guard anyway
         for ep, a in zip(active, allowance, strict=True):
             if a < 1:
@@ -301,6 +301,10 @@ class RolloutEngine:
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
 
+    def _allowance(self, ep: _Episode) -> int:
+        """New tokens the episode may generate now: ``max_new_tokens``, shrunk to the total budget left."""
+        return min(self.config.max_new_tokens, self.config.max_total_tokens - ep.used)
+
     def _generate(
         self, pairs: list[tuple[_Episode, int]], step: int, seed: int | None, stop: tuple[str, ...]
     ) -> list[tuple[str, str]]:
@@ -333,7 +337,7 @@ class RolloutEngine:
     def _followup(self, episodes: list[_Episode], turn: int, seed: int | None, t0: float) -> None:
         """The protocol's follow-up generation after a search's observation (see the module doc)."""
         cfg = self.config
-        pairs = [(ep, min(cfg.max_new_tokens, cfg.max_total_tokens - ep.used)) for ep in episodes]
+        pairs = [(ep, self._allowance(ep)) for ep in episodes]
         pairs = [(ep, a) for ep, a in pairs if a >= 1]  # no budget left: _append_obs ended it
         if not pairs:
             return

@@ -197,6 +197,15 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
+_PERCENT_KEYS = (
+    "em_before",
+    "em_after",
+    "em_answerable_before",
+    "em_answerable_after",
+    "top_answer_share_after",
+)
+
+
 def _percent(v: Any) -> str:
     return f"{100 * v:.1f}%" if _is_number(v) else "-"
 
@@ -204,13 +213,7 @@ def _percent(v: Any) -> str:
 def _format_summary(key: str, v: Any) -> str:
     if not _is_number(v):
         return str(v)
-    if key in (
-        "em_before",
-        "em_after",
-        "em_answerable_before",
-        "em_answerable_after",
-        "top_answer_share_after",
-    ):
+    if key in _PERCENT_KEYS:
         return _percent(v)
     if key == "em_gain":  # already in points
         return f"{v:+.1f} points"
