@@ -97,6 +97,11 @@ class SFTConfig:
     """Stop after this many optimizer steps (0: run all epochs)."""
     lr: float | None = None
     """Learning rate for SFT (None: ``train.optim.lr``)."""
+    name_swap: float = 0.0
+    """Share of demonstrations shown with their synthetic entity names consistently renamed
+    (``ragrl.train.augment``): copying, not memorising, is then the only way to predict the names."""
+    world: str | None = None
+    """world.json whose names ``name_swap`` renames (None: next to ``train.data.train``)."""
 
 
 @dataclass
@@ -152,6 +157,10 @@ class TrainConfig:
         if g.old_logprobs not in ("auto", "recompute", "rollout"):
             raise RagrlError(
                 f"train.grpo.old_logprobs must be auto|recompute|rollout, got {g.old_logprobs!r}"
+            )
+        if not 0.0 <= self.sft.name_swap <= 1.0:
+            raise RagrlError(
+                f"train.sft.name_swap is a share of demonstrations in [0, 1], got {self.sft.name_swap}"
             )
         if self.mixed_precision == "False":  # YAML reads an unquoted `no` as the boolean false
             self.mixed_precision = "no"

@@ -10,9 +10,11 @@ evaluation and resume are the same as GRPO's (``ragrl.train.base.Trainer``).
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from ragrl.methods import Method
 from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.scripted import DemonstratorBackend
 from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.augment import NameSwap
 from ragrl.train.base import Trainer
 from ragrl.train.batch import sequence_batch
 from ragrl.train.config import TrainConfig
@@ -56,6 +59,17 @@ class SFTTrainer(Trainer):
                 f"train.sft.batch_size ({config.sft.batch_size}) must be a multiple of the number of "
                 f"processes ({world})"
             )
+        self.name_swap: NameSwap | None = None
+        if config.sft.name_swap > 0:
+            world_json = config.sft.world or (
+                str(Path(config.data.train).parent / "world.json") if config.data.train else None
+            )
+            if world_json is None or not Path(world_json).is_file():
+                raise RagrlError(
+                    f"train.sft.name_swap needs the world's names: world.json {world_json} not found "
+                    "(set train.sft.world)"
+                )
+            self.name_swap = NameSwap.from_world(world_json, self.tokenizer)
         self._prepare(len(self.demonstrations), self.total_steps, lr=config.sft.lr)
 
     @property
@@ -72,6 +86,12 @@ class SFTTrainer(Trainer):
         first = self.acc.process_index * per_process
         indices = self.sampler.take(cfg.sft.batch_size)[first : first + per_process]
         rows = [self.demonstrations[i] for i in indices]
+        if self.name_swap is not None:  # seeded by (seed, step, slot): a resumed run swaps the same way
+            rngs = [random.Random(f"{cfg.seed}:{self.step_count}:{first + j}") for j in range(len(rows))]
+            rows = [
+                self.name_swap(t, rng) if rng.random() < cfg.sft.name_swap else t
+                for t, rng in zip(rows, rngs, strict=True)
+            ]
         micro = cfg.grpo.micro_batch_size or len(rows)
         chunks = [rows[i : i + micro] for i in range(0, len(rows), micro)]
         batches = [sequence_batch(c, self.pad_id, self.acc.device) for c in chunks]
