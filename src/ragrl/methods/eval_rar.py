@@ -215,25 +215,26 @@ def eval_rar_diagnostics(
     after_observation_only: bool = False,
 ) -> dict[str, float]:
     """What the paper's analysis plots, per trajectory (the trainer and ``ragrl eval`` average them)."""
-    blocks = evaluations(trajectory, after_observation_only)
+    every, prompted = evaluations(trajectory), evaluations(trajectory, True)
+    blocks = prompted if after_observation_only else every
     text = " ".join(blocks)
     golds = list(example.answers)
     correct = answer_correct(trajectory, example, variant)
-    tier = functools.partial(evaluation_tier, trajectory, example, variant, if_no_answer)
-    fired = tier(containment, after_observation_only)
-    by_char, by_word = tier("char", after_observation_only), tier("word", after_observation_only)
+    by = {
+        c: evaluation_tier(trajectory, example, variant, if_no_answer, c, after_observation_only)
+        for c in CONTAINMENT
+    }
+    fired = by[containment]
     return {
         **search_diagnostics(trajectory, example),
         "evaluate_blocks": float(len(blocks)),
-        "evaluate_blocks_unprompted": float(
-            len(evaluations(trajectory)) - len(evaluations(trajectory, True))
-        ),
+        "evaluate_blocks_unprompted": float(len(every) - len(prompted)),
         "evaluate_words": float(len(text.split())),
         "evaluate_contains_gold": float(contains_gold(text, golds, variant, containment)),
         "tier/answer": float(correct),
         "tier/evaluation": float(fired),
         "tier/zero": float(not correct and not fired),
-        "loophole": float(by_char and not by_word),
+        "loophole": float(by["char"] and not by["word"]),
     }
 
 
