@@ -63,15 +63,28 @@ def synth(
     unanswerable: float = typer.Option(
         0.1, "--unanswerable", help="Share of questions whose evidence passage is removed from the corpus."
     ),
+    split: str = typer.Option(
+        "facts",
+        "--split",
+        help="facts: held-out questions need facts no training question needs, names are shared; "
+        "entities: the splits share no person, company, work or city (harder).",
+    ),
+    cross_links: float = typer.Option(
+        0.5, "--cross-links", help="facts split: share of relations that point into another split's pool."
+    ),
 ) -> None:
     """Generate the synthetic multi-hop world: DIR/{train,dev,test}.jsonl, corpus.jsonl, world.json,
     stats.json (see docs/synth.md)."""
     from ragrl.data.synth import generate_world
 
-    world = generate_world(seed, size, unanswerable_fraction=unanswerable)
+    world = generate_world(
+        seed, size, split=split, cross_links=cross_links, unanswerable_fraction=unanswerable
+    )
     paths = world.write(out)
     st = world.stats
-    lines = [f"synthetic world seed={seed} size={size}: {sum(st['entities'].values())} entities"]
+    lines = [
+        f"synthetic world seed={seed} size={size} split={split}: {sum(st['entities'].values())} entities"
+    ]
     for split, s in st["splits"].items():
         types = ", ".join(f"{k} {v}" for k, v in s["type"].items())
         hops = ", ".join(f"{k}-hop {v}" for k, v in s["hops"].items())
@@ -86,7 +99,9 @@ def synth(
         f"  fairness (test vs train): answer overlap {f['answer_overlap']:.2f} "
         f"(open answers {f['answer_overlap_open']:.2f}), memoriser EM {f['memoriser_template_em']:.3f} "
         f"(answerable {f['memoriser_template_em_answerable']:.3f}), "
-        f"most-frequent-answer EM {f['memoriser_global_em']:.3f}"
+        f"most-frequent-answer EM {f['memoriser_global_em']:.3f}; facts shared with train "
+        f"{st['fact_overlap']['test&train']}, test questions naming a training entity "
+        f"{st['questions_naming_a_training_entity']['test']:.0%}"
     )
     lines.append(f"  world.json, stats.json -> {Path(out)}")
     console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)

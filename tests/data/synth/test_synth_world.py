@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, defaultdict
 
 import pytest
 
 from ragrl.data.schema import Example
 from ragrl.data.synth import UNANSWERABLE_ANSWER, fairness_report, generate_world
-from ragrl.data.synth.fairness import seed_entity_overlap
+from ragrl.data.synth.fairness import fact_overlap, seed_entity_overlap
 from ragrl.data.synth.world import SHARED_POOL
 from ragrl.errors import RagrlError
 
 
-@pytest.fixture(scope="module")
-def world():
-    return generate_world(0, "small")
+@pytest.fixture(scope="module", params=["facts", "entities"])
+def world(request):
+    return generate_world(0, "small", split=request.param)
 
 
 def all_examples(world):
@@ -63,8 +64,13 @@ def test_splits_use_disjoint_seed_entities(world):
             for pid in ex.supporting_ids:
                 e = by_pid[pid]
                 assert e.pool == SHARED_POOL or e.split == split
-                # answerable questions never touch the entities kept for unanswerable ones
-                assert e.reserved == (not ex.metadata["answerable"]) or e.pool == SHARED_POOL
+                # answerable questions never touch the entities kept for unanswerable ones (an
+                # unanswerable chain may end on the background: a shared country, or in ``facts``
+                # mode a country its split owns)
+                if ex.metadata["answerable"]:
+                    assert not e.reserved
+                else:
+                    assert e.reserved or e.kind == "country" or e.pool == SHARED_POOL
 
 
 def test_corpus_and_unanswerable_rule(world):
@@ -142,7 +148,8 @@ def test_fairness_of_the_test_split(world):
         assert f["memoriser_template_em_answerable"] <= 0.12
         assert f["memoriser_global_em"] <= 0.12
         assert f["yes_no_constant_em"] <= 0.6
-        assert f["answer_overlap_open"] <= 0.5
+        if world.split == "entities":  # in ``facts`` mode names (hence answers) are shared on purpose
+            assert f["answer_overlap_open"] <= 0.5
 
 
 def test_fairness_report_on_a_toy_set():
@@ -165,3 +172,58 @@ def test_medium_world_is_fair():
     assert {s: len(v) for s, v in w.splits.items()} == {"train": 4000, "dev": 500, "test": 500}
     assert w.stats["fairness"]["test"]["memoriser_template_em"] <= 0.15
     assert set(seed_entity_overlap(w).values()) == {0}
+
+
+def test_entities_mode_is_the_original_world(tmp_path):
+    """``split="entities"`` is the world every earlier measurement used, byte for byte."""
+    paths = generate_world(0, "small", split="entities").write(tmp_path)
+    digests = {k: hashlib.sha256(paths[k].read_bytes()).hexdigest()[:16] for k in ("train", "test", "corpus")}
+    assert digests == {"train": "6c8d019ba71db31b", "test": "2203911a873431b1", "corpus": "525045364fe22429"}
+
+
+def test_unknown_split_mode_is_a_clear_error():
+    with pytest.raises(RagrlError, match="unknown split mode 'names'"):
+        generate_world(0, "small", split="names")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_facts_split_shares_names_but_no_fact(seed):
+    w = generate_world(seed, "small", split="facts")
+    assert w.stats["split"] == "facts"
+    assert set(w.stats["fact_overlap"].values()) == {0}
+    assert set(w.stats["seed_entity_overlap"].values()) == {0}
+    # the proof, spelled out: no (passage, answer) step of a held-out question is a step of a training
+    # question, and no training target (sub-question + what it finds, the final answer) states one
+    train_steps = {(s.supporting_ids[0], s.answers[0]) for ex in w.splits["train"] for s in ex.decomposition}
+    train_targets = {(s.question, a) for ex in w.splits["train"] for s in ex.decomposition for a in s.answers}
+    for split in ("dev", "test"):
+        for ex in w.splits[split]:
+            for s in ex.decomposition:
+                assert (s.supporting_ids[0], s.answers[0]) not in train_steps
+                assert (s.question, s.answers[0]) not in train_targets
+    # ... while names cross the splits: relations point into other splits' pools
+    by_id = w.store.by_id
+    crossing = [
+        (e, rel) for e in w.store if e.pool in ("train", "dev", "test")
+        for rel, t in e.rels.items() if by_id[t].pool not in (e.pool, SHARED_POOL)
+    ]  # fmt: skip
+    assert len(crossing) > 200
+    assert w.stats["questions_naming_a_training_entity"]["test"] > 0
+    assert not any(e.pool == SHARED_POOL for e in w.store)  # every country is owned by a split
+    for e, rel in crossing:  # re-pointed relations keep the world consistent
+        t = by_id[e.rels[rel]]
+        if rel == "founded_by":
+            assert 20 <= e.facts["founded_year"] - t.facts["birth_year"] <= 50
+        if rel in ("born_in", "headquartered_in"):
+            assert t.kind == "city" and not t.facts.get("capital")
+
+
+def test_entities_split_shares_no_name():
+    w = generate_world(0, "small", split="entities")
+    assert w.stats["questions_naming_a_training_entity"] == {"dev": 0.0, "test": 0.0}
+    assert fact_overlap(w)["test&train"] > 0  # only the shared capitals
+
+
+def test_facts_split_held_out_answers_are_not_memorisable():
+    f = generate_world(0, "small", split="facts").stats["fairness"]["test"]
+    assert f["memoriser_template_em"] == 0.1 and f["memoriser_template_em_answerable"] == 0.0889

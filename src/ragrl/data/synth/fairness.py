@@ -76,7 +76,8 @@ def fairness_report(train: list[Example], test: list[Example], variant: str = "s
 
 
 def seed_entity_overlap(world: SynthWorld) -> dict[str, int]:
-    """Number of non-shared entities used by the gold chains of two different splits (must be 0)."""
+    """Number of non-shared entities whose passages the gold chains of two different splits read (0 in
+    both split modes)."""
     used: dict[str, set[str]] = {}
     pid_to_entity = {e.passage_id: e for e in world.store}
     for split, examples in world.splits.items():
@@ -88,6 +89,49 @@ def seed_entity_overlap(world: SynthWorld) -> dict[str, int]:
         }
     names = sorted(used)
     return {f"{a}&{b}": len(used[a] & used[b]) for i, a in enumerate(names) for b in names[i + 1 :]}
+
+
+def _needed_facts(examples: list[Example]) -> set[tuple[str, str]]:
+    """The facts the questions need: one (passage id, answer) per decomposition step, the answer being
+    what that passage says for the step (each fact is stated in exactly one passage)."""
+    return {
+        (pid, step.answers[0]) for ex in examples for step in ex.decomposition for pid in step.supporting_ids
+    }
+
+
+def fact_overlap(world: SynthWorld) -> dict[str, int]:
+    """Number of facts needed by questions of two different splits (0 for every pair in ``facts``
+    mode; in ``entities`` mode only the shared background, the capitals, may be counted). A training
+    question's answer and its demonstration's targets (the sub-questions and what they find) state only
+    the facts of its own decomposition, so 0 here means no held-out fact is a training target."""
+    needed = {split: _needed_facts(examples) for split, examples in world.splits.items()}
+    names = sorted(needed)
+    return {f"{a}&{b}": len(needed[a] & needed[b]) for i, a in enumerate(names) for b in names[i + 1 :]}
+
+
+def name_sharing(world: SynthWorld) -> dict[str, float]:
+    """Share of each held-out split's questions that name an entity also named in a training question,
+    answer or sub-question (the demonstrations' text): shared words, not shared facts."""
+    import re
+
+    names = sorted({e.name for e in world.store}, key=len, reverse=True)
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b")
+
+    def named(ex: Example, with_targets: bool) -> set[str]:
+        texts = [ex.question]
+        if with_targets:
+            texts += list(ex.answers)
+            texts += [t for step in ex.decomposition for t in (step.question, *step.answers)]
+        return {m for t in texts for m in pattern.findall(t)}
+
+    train_names = set().union(*(named(ex, True) for ex in world.splits["train"]))
+    out = {}
+    for split, examples in world.splits.items():
+        if split != "train":
+            out[split] = round(
+                sum(bool(named(ex, False) & train_names) for ex in examples) / max(len(examples), 1), 4
+            )
+    return out
 
 
 def split_stats(examples: list[Example]) -> dict[str, Any]:
@@ -124,5 +168,8 @@ def world_stats(world: SynthWorld) -> dict[str, Any]:
         "fairness": {
             split: fairness_report(train, world.splits[split]) for split in world.splits if split != "train"
         },
+        "split": world.split,
         "seed_entity_overlap": seed_entity_overlap(world),
+        "fact_overlap": fact_overlap(world),
+        "questions_naming_a_training_entity": name_sharing(world),
     }

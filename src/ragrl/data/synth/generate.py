@@ -18,9 +18,18 @@ from ragrl.data.io import write_corpus, write_examples
 from ragrl.data.schema import Example, Passage
 from ragrl.data.synth.passages import build_passages
 from ragrl.data.synth.questions import UNANSWERABLE_ANSWER, Draft, draft_questions
-from ragrl.data.synth.world import SHARED_POOL, SIZES, SPLITS, Entity, EntityStore, build_entities
+from ragrl.data.synth.world import (
+    DEFAULT_CROSS_LINKS,
+    SHARED_POOL,
+    SIZES,
+    SPLITS,
+    Entity,
+    EntityStore,
+    build_entities,
+)
 from ragrl.errors import RagrlError
 
+DEFAULT_SPLIT_MODE = "facts"
 DEFAULT_UNANSWERABLE_FRACTION = 0.1
 DEFAULT_GIVEN_PASSAGES = (8, 10)
 
@@ -34,6 +43,7 @@ class SynthWorld:
     splits: dict[str, list[Example]]
     corpus: list[Passage]  # every passage except the removed ones
     removed_ids: list[str]
+    split: str = DEFAULT_SPLIT_MODE
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -58,6 +68,7 @@ class SynthWorld:
         return {
             "seed": self.seed,
             "size": self.size,
+            "split": self.split,
             "entities": [e.to_dict() for e in self.store],
             "relations": triples,
             "removed_passage_ids": list(self.removed_ids),
@@ -162,12 +173,17 @@ def generate_world(
     seed: int = 0,
     size: str = "small",
     *,
+    split: str = DEFAULT_SPLIT_MODE,
+    cross_links: float = DEFAULT_CROSS_LINKS,
     unanswerable_fraction: float = DEFAULT_UNANSWERABLE_FRACTION,
     given_passages: tuple[int, int] = DEFAULT_GIVEN_PASSAGES,
 ) -> SynthWorld:
-    """The synthetic multi-hop world for ``seed``: entities, corpus and train/dev/test questions."""
+    """The synthetic multi-hop world for ``seed``: entities, corpus and train/dev/test questions.
+    ``split``: ``facts`` (held-out questions need facts no training question needs; names are shared)
+    or ``entities`` (no shared person, company, work or city); see ``ragrl.data.synth.world``."""
+    mode = split  # the name ``split`` is the loop variable below
     counts = _split_counts(size, unanswerable_fraction)
-    store = build_entities(seed, size, counts)
+    store = build_entities(seed, size, counts, mode, cross_links)
     passages = build_passages(store, seed)
     rng = random.Random(f"ragrl-synth:{seed}:questions")
 
@@ -185,7 +201,7 @@ def generate_world(
     for split in SPLITS:
         for d, answerable in drafts[split]:
             if not answerable:
-                removable = [e for e in d.gold if e.pool != SHARED_POOL]
+                removable = [e for e in d.gold if e.pool == d.pool]  # the reserved pool's own entities
                 removed.add(passages[rng.choice(removable).id].id)
 
     related = _Related(store)
@@ -227,7 +243,7 @@ def generate_world(
 
     corpus = [p for p in passages.values() if p.id not in removed]
     random.Random(f"ragrl-synth:{seed}:corpus").shuffle(corpus)
-    world = SynthWorld(seed, size, store, passages, splits, corpus, sorted(removed))
+    world = SynthWorld(seed, size, store, passages, splits, corpus, sorted(removed), split=mode)
     from ragrl.data.synth.fairness import world_stats
 
     world.stats = world_stats(world)

@@ -34,18 +34,7 @@ from ragrl.data.synth.templates import (
     ComparisonTemplate,
     template_weights,
 )
-from ragrl.data.synth.world import Entity, EntityStore
-
-
-def apportion(total: int, weights: list[float]) -> list[int]:
-    """Integer counts summing to ``total``, proportional to ``weights`` (largest remainder)."""
-    s = sum(weights)
-    raw = [total * w / s for w in weights]
-    counts = [int(r) for r in raw]
-    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))
-    for i in order[: total - sum(counts)]:
-        counts[i] += 1
-    return counts
+from ragrl.data.synth.world import SHARED_POOL, Entity, EntityStore, apportion
 
 
 @dataclass
@@ -89,10 +78,14 @@ def _answers(value) -> list[str]:
     return [str(value)] if isinstance(value, int) else list(value.aliases)
 
 
-def _bridge_valid(store: EntityStore, subject: Entity, t: BridgeTemplate) -> bool:
+def _bridge_valid(store: EntityStore, subject: Entity, t: BridgeTemplate, pool: str) -> bool:
+    """A chain of distinct entities whose every hop reads a passage of ``pool`` (or of the shared
+    background): a question never needs a fact that belongs to another split. (The final value may be
+    anywhere: its own passage is not read.)"""
     ents, value = follow_chain(store, subject, t.chain)
     everything = ents + ([value] if isinstance(value, Entity) else [])
-    return len({e.id for e in everything}) == len(everything)
+    own = all(e.pool in (pool, pool.split("/")[0], SHARED_POOL) for e in ents)
+    return own and len({e.id for e in everything}) == len(everything)
 
 
 def draft_bridge(
@@ -137,15 +130,24 @@ def draft_comparison(
 def draft_questions(
     store: EntityStore, rng: random.Random, pool: str, total: int, balanced: bool = True
 ) -> list[Draft]:
-    """``total`` drafts over all templates from the entities of ``pool`` (weights: ``FAMILY_SHARE``)."""
+    """``total`` drafts over all templates from the entities of ``pool`` (weights: ``FAMILY_SHARE``).
+    A bridge chain only reads passages of ``pool``, of the split that owns it, or of ``shared``."""
     weighted = template_weights()
-    counts = apportion(total, [w for _, w in weighted])
+    subjects = {
+        t.name: [e for e in store.of(pool, t.start) if _bridge_valid(store, e, t, pool)]
+        for t, _ in weighted
+        if isinstance(t, BridgeTemplate)
+    }
+    # a template with no valid chain in this pool (possible in ``facts`` mode on a small world) gives
+    # its share to the others
+    weights = [0.0 if subjects.get(t.name) == [] else w for t, w in weighted]
+    counts = apportion(total, weights)
     drafts: list[Draft] = []
     for (t, _), n in zip(weighted, counts, strict=True):
         if n == 0:
             continue
         if isinstance(t, BridgeTemplate):
-            cands = [e for e in store.of(pool, t.start) if _bridge_valid(store, e, t)]
+            cands = subjects[t.name]
             rng.shuffle(cands)
             drafts += [draft_bridge(store, rng, t, cands[i % len(cands)], pool) for i in range(n)]
         else:

@@ -4,11 +4,21 @@ Every name is built from random syllables, so it is not a real name and a model 
 pre-training; a different seed gives different names. Every name *word* is unique in a world (no
 surname is also a city), which keeps the questions unambiguous.
 
-Entities live in *pools*. ``shared`` holds the background every split may use: the countries and their
-capital cities. Each split has its own pool (``train``, ``dev``, ``test``: people, companies, works and
-the other cities) and a second pool reserved for its unanswerable questions (``train/unanswerable``,
-...). Relations never leave a pool except towards ``shared``, so an answerable question of one split
-never touches an entity of another split or of an unanswerable chain.
+Entities live in *pools*. Each split has its own pool (``train``, ``dev``, ``test``: people,
+companies, works and the other cities) and a second pool reserved for its unanswerable questions
+(``train/unanswerable``, ...). A question of a split only ever reads passages of its own pool (and of
+``shared``), so the *facts* a held-out question needs are never needed by a training question. Two
+split modes (``SPLIT_MODES``) decide whether the *names* are shared too:
+
+``facts`` (the default)
+    Every country and its capital belong to one split's pool as well (``shared`` is empty), and a share
+    ``cross_links`` of the answerable pools' relations (born in, works for, headquartered in, founded
+    by, created by) point into another split's pool. A training person may be born in a test city:
+    the test city's name is then a training answer, while the test city's own facts (its country, its
+    population) stay test facts. Held-out questions test reading and composing, not unseen words.
+``entities`` (the harder option)
+    Relations never leave a pool except towards ``shared`` (the countries and their capitals, the
+    background every split may use), so the splits share no person, company, work or city at all.
 """
 
 from __future__ import annotations
@@ -27,6 +37,9 @@ SIZES: dict[str, dict[str, int]] = {
 }
 COUNTRIES = {"small": 12, "medium": 20}
 SHARED_POOL = "shared"
+SPLIT_MODES = ("facts", "entities")
+DEFAULT_CROSS_LINKS = 0.5
+"""``facts`` mode: the share of the answerable pools' relations that point into another split's pool."""
 KINDS = ("country", "city", "person", "company", "work")
 
 CREATIVE = {"book": "novelist", "film": "film director", "album": "musician"}
@@ -205,6 +218,10 @@ def _populate(store: EntityStore, names: NameMaker, rng: random.Random, pool: Po
     countries = sorted((e for e in store if e.kind == "country"), key=lambda e: e.id)
     order = list(countries)
     rng.shuffle(order)
+    # ``facts`` mode: the split's own countries first, so some of its cities lie in a country whose
+    # capital is its own fact (no effect in ``entities`` mode, where every country is shared)
+    owner = pool.name.split("/")[0]
+    order.sort(key=lambda c: c.pool != owner)
     cities = []
     for i in range(pool.cities):
         city = store.add(
@@ -270,14 +287,89 @@ def _populate(store: EntityStore, names: NameMaker, rng: random.Random, pool: Po
         w.rels["creator"] = creator.id
 
 
-def build_entities(seed: int, size: str, counts: dict[str, tuple[int, int]]) -> EntityStore:
-    """Create every entity of the world. ``counts[split] = (answerable, unanswerable)`` questions."""
+def apportion(total: int, weights: list[float]) -> list[int]:
+    """Integer counts summing to ``total``, proportional to ``weights`` (largest remainder)."""
+    s = sum(weights)
+    raw = [total * w / s for w in weights]
+    counts = [int(r) for r in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _owner_splits(counts: dict[str, tuple[int, int]], n: int) -> list[str]:
+    """``n`` split names in proportion to the answerable question counts (largest remainder), in split
+    order: which split owns each country in ``facts`` mode."""
+    shares = apportion(n, [counts[s][0] for s in SPLITS])
+    owners = [s for s, k in zip(SPLITS, shares, strict=True) for _ in range(k)]
+    return owners
+
+
+def cross_link(store: EntityStore, rng: random.Random, share: float) -> int:
+    """Re-point a share of the answerable pools' relations into another split's pool (``facts`` mode).
+
+    Each relation (born_in, works_for, headquartered_in, founded_by, creator) is redrawn with
+    probability ``share`` among the entities of the same kind in the *other* answerable pools that keep
+    the world consistent: a non-capital city; a founder with no creative occupation, born 20-50 years
+    before the founding; a creator of the right occupation, born 20-50 years before the release. A
+    relation with no such candidate stays. Returns the number of relations re-pointed."""
+    cities = {p: [c for c in store.of(p, "city") if not c.facts.get("capital")] for p in SPLITS}
+    companies = {p: store.of(p, "company") for p in SPLITS}
+    people = {p: store.of(p, "person") for p in SPLITS}
+    founders = {p: [x for x in people[p] if x.facts["occupation"] not in CREATIVE.values()] for p in SPLITS}
+
+    def born(candidates: list[Entity], year: int) -> list[Entity]:
+        return [p for p in candidates if 20 <= year - p.facts["birth_year"] <= 50]
+
+    moved = 0
+    for e in sorted((e for e in store if e.pool in SPLITS), key=lambda e: e.id):
+        others = [p for p in SPLITS if p != e.pool]
+        for rel in sorted(e.rels):
+            if rel in ("located_in", "capital") or rng.random() >= share:
+                continue
+            if rel in ("born_in", "headquartered_in"):
+                cands = [c for p in others for c in cities[p]]
+            elif rel == "works_for":
+                cands = [c for p in others for c in companies[p]]
+            elif rel == "founded_by":
+                cands = born([x for p in others for x in founders[p]], e.facts["founded_year"])
+            else:  # creator
+                occupation = CREATIVE[e.facts["work_kind"]]
+                creators = [x for p in others for x in people[p] if x.facts["occupation"] == occupation]
+                cands = born(creators, e.facts["release_year"])
+            if cands:
+                e.rels[rel] = cands[rng.randrange(len(cands))].id
+                moved += 1
+    return moved
+
+
+def build_entities(
+    seed: int,
+    size: str,
+    counts: dict[str, tuple[int, int]],
+    split_mode: str = "entities",
+    cross_links: float = DEFAULT_CROSS_LINKS,
+) -> EntityStore:
+    """Create every entity of the world. ``counts[split] = (answerable, unanswerable)`` questions;
+    ``split_mode`` is one of ``SPLIT_MODES`` (module doc)."""
     if size not in SIZES:
         raise RagrlError(f"unknown synth size {size!r}; choose one of {', '.join(SIZES)}")
+    if split_mode not in SPLIT_MODES:
+        raise RagrlError(f"unknown split mode {split_mode!r}; choose one of {', '.join(SPLIT_MODES)}")
+    if not 0 <= cross_links <= 1:
+        raise RagrlError(f"cross_links must be in [0, 1], got {cross_links}")
     rng = random.Random(f"ragrl-synth:{seed}:entities")
     names = NameMaker(random.Random(f"ragrl-synth:{seed}:names"))
     store = EntityStore()
     _make_shared(store, names, rng, COUNTRIES[size])
+    if split_mode == "facts":
+        # every country (and its capital) is owned by one split: its facts are that split's facts
+        countries = sorted((e for e in store if e.kind == "country"), key=lambda e: e.id)
+        for country, owner in zip(countries, _owner_splits(counts, len(countries)), strict=True):
+            country.pool = owner
+            store.rel(country, "capital").pool = owner
+        store._index = None
     for split in SPLITS:
         answerable, unanswerable = counts[split]
         for pool_name, n, reserved in (
@@ -286,4 +378,6 @@ def build_entities(seed: int, size: str, counts: dict[str, tuple[int, int]]) -> 
         ):
             persons, companies, works, cities = pool_sizes(n, reserved)
             _populate(store, names, rng, Pool(pool_name, persons, companies, works, cities))
+    if split_mode == "facts":
+        cross_link(store, random.Random(f"ragrl-synth:{seed}:cross-links"), cross_links)
     return store
