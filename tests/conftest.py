@@ -40,7 +40,7 @@ def world_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("world")
     runner = CliRunner()
     for args in (
-        ["data", "synth", "--seed", "3", "--size", "small", "--out", str(d)],
+        ["data", "synth", "--seed", "3", "--size", "small", "--split", "entities", "--out", str(d)],
         ["index", str(d / "corpus.jsonl"), "--out", str(d / "bm25")],
         ["model", "tiny", "--data", str(d), "--out", str(d / "model"), "--hidden", "64", "--layers", "2"],
     ):

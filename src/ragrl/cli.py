@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ragrl.console import console
+from ragrl.console import console, quiet_libraries
 from ragrl.data.cli import app as data_app
 from ragrl.errors import RagrlError
 from ragrl.eval.cli import eval_command, reward_command
@@ -58,6 +58,7 @@ app.command("demo")(demo)
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``ragrl`` script: typer/click handle usage errors and exit codes; a
     ``RagrlError`` (bad input) is printed as one line and exits with status 2."""
+    quiet_libraries()
     try:
         app(args=argv)
     except RagrlError as e:

@@ -14,6 +14,26 @@ T = TypeVar("T")
 console = Console(stderr=True)
 
 
+def quiet_libraries() -> None:
+    """Keep library noise out of the user's terminal: transformers' and huggingface_hub's progress bars
+    (weight loading, "Writing model shards") and their info/warning logs, and accelerate's
+    "Removed shared tensor" notes on checkpoints of tied-embedding models. Errors still show."""
+    import logging
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in ("accelerate", "transformers", "huggingface_hub", "sentence_transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+
+
 def progress(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
     """Iterate with a progress bar on stderr (hidden when stderr is not a terminal)."""
     if total is None and hasattr(items, "__len__"):

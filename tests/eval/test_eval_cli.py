@@ -139,3 +139,34 @@ def test_bad_inputs_are_clear_errors(world_dir, tmp_path):
         ],
     )
     assert result.exit_code != 0 and "unknown method 'nonexistent'" in str(result.exception)
+
+
+def test_closed_book_searches_find_nothing(world_dir, tmp_path):
+    out = tmp_path / "closed"
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    args += ["--out", str(out), "--closed-book", "--demonstrator", "oracle", "--n", "10"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    scores = json.loads((out / "scores.json").read_text())
+    # the oracle still searches every sub-question (and reads its answers from gold fields), but no
+    # search retrieves anything
+    assert scores["searches_per_question"] >= 2 and scores["full_recall@10"] == 0.0
+    for t in read_trajectories(out / "trajectories.jsonl"):
+        observations = [s.text for s in t.segments if s.kind == "env"]
+        assert observations and all("No passages found." in o for o in observations)
+    both = runner.invoke(
+        app, [*args[:5], "--closed-book", "--index", str(world_dir / "bm25"), "--out", str(out)]
+    )
+    assert both.exit_code != 0 and "leave out --index" in str(both.exception)
+
+
+def test_null_retriever():
+    from ragrl.errors import RagrlError
+    from ragrl.retrieval.null import NullRetriever
+
+    r = NullRetriever()
+    assert r.search(["a", "b"], k=3) == [[], []] and r.fingerprint == "closed-book"
+    with pytest.raises(RagrlError, match="bad k|positive integer"):
+        r.search(["a"], k=0)
+    with pytest.raises(RagrlError, match="no index to save"):
+        r.save("somewhere")

@@ -17,6 +17,7 @@ from ragrl.errors import RagrlError
 from ragrl.llm.tiny import (
     DEFAULT_TAGS,
     EOT_TOKEN,
+    CopyPretraining,
     TinyConfig,
     build_tiny_model,
     collect_texts,
@@ -372,3 +373,39 @@ def test_word_vocabulary_knows_every_word_with_and_without_its_leading_space():
         ids = tok.encode(text)
         assert tok.unk_token_id not in ids
         assert tok.decode(ids) == text
+
+
+# --- copy pre-training ------------------------------------------------------------------------------
+
+
+def _copy_accuracy(model_dir: Path, span: int = 12, rows: int = 16) -> float:
+    """Greedy accuracy of predicting the repeated half of random word sequences (fresh draws)."""
+    import random
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    skip = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
+    words = sorted(i for t, i in tok.get_vocab().items() if i not in skip and t.strip().isalpha())
+    rng = random.Random(123)
+    seqs = []
+    for _ in range(rows):
+        s = [rng.choice(words) for _ in range(span)]
+        seqs.append([tok.bos_token_id, *s, *s])
+    ids = torch.tensor(seqs)
+    with torch.no_grad():
+        pred = model(input_ids=ids).logits[:, span + 1 : -1].argmax(-1)
+    return float((pred == ids[:, span + 2 :]).float().mean())
+
+
+def test_copy_pretraining_teaches_copying_and_is_recorded(data_dir, tmp_path):
+    config = TinyConfig(hidden=64, layers=2, heads=4, intermediate=128)
+    plain = create_tiny_policy(data_dir, tmp_path / "plain", seed=0, config=config)
+    copy = CopyPretraining(steps=150, batch_size=16, span=12)
+    taught = create_tiny_policy(data_dir, tmp_path / "taught", seed=0, config=config, copy=copy)
+    assert _copy_accuracy(plain) < 0.2
+    assert _copy_accuracy(taught) > 0.9  # on sequences it never saw
+    info = read_tiny_info(taught)["copy_pretraining"]
+    assert info["steps"] == 150 and info["copy_accuracy"] > 0.9 and info["copy_loss"] < 0.5
+    assert read_tiny_info(plain)["copy_pretraining"] is None
+    again = create_tiny_policy(data_dir, tmp_path / "again", seed=0, config=config, copy=copy)
+    assert read_tiny_info(again)["weights_sha256"] == read_tiny_info(taught)["weights_sha256"]

@@ -82,9 +82,25 @@ def test_sft_on_oracle_demonstrations(world_dir, tmp_path):
 
 def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     out = tmp_path / "demo"
-    result = runner.invoke(app, ["demo", "--out", str(out), *sets(*TINY, "train.steps=1")])
+    args = ["demo", "--out", str(out), "--copy-steps", "3", *sets(*TINY, "train.steps=1")]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["split"] == "facts" and summary["copy_steps"] == 3
+    assert json.loads((out / "tiny-policy" / "ragrl_tiny.json").read_text())["copy_pretraining"]["steps"] == 3
+    rows = summary["held_out"]
+    assert list(rows) == [
+        "heuristic demonstrator",
+        "warm start (SFT)",
+        "after GRPO",
+        "after GRPO, closed-book",
+    ]
+    assert rows["after GRPO"]["em"] == summary["em_after"]
+    assert rows["after GRPO, closed-book"]["em_answerable"] == summary["em_answerable_closed_book"]
+    assert 0 <= summary["em_answerable_heuristic"] <= 1
+    for row in rows.values():
+        assert {"em", "em_answerable", "top_answer", "top_answer_share", "searches"} <= set(row)
+    assert "after GRPO, closed-book" in result.output and "closed-book" in result.output
     for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb",
                 "em_answerable_after", "top_answer_after", "top_answer_share_after"):  # fmt: skip
         assert key in summary, key

@@ -100,6 +100,13 @@ def eval_command(
     backend: Annotated[str, typer.Option(help="Generation backend: transformers or vllm.")] = "transformers",
     variant: Annotated[str, typer.Option(help="Answer normalization variant for the metrics.")] = "squad",
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for 95% confidence intervals.")] = 0,
+    closed_book: Annotated[
+        bool,
+        typer.Option(
+            "--closed-book",
+            help="Every search finds nothing: what the policy answers from its weights alone (no --index).",
+        ),
+    ] = False,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from omegaconf import OmegaConf
@@ -113,11 +120,17 @@ def eval_command(
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
     examples = method_obj.prepare_examples(_load_examples(data, n), str(data))
-    if index is None and method_obj.protocol.needs_retriever:
+    if closed_book and index is not None:
+        raise RagrlError("--closed-book searches nothing: leave out --index")
+    if index is None and method_obj.protocol.needs_retriever and not closed_book:
         raise RagrlError(
             f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by `ragrl index`)"
         )
     retriever = load_retriever(index) if index is not None else None
+    if closed_book:
+        from ragrl.retrieval.null import NullRetriever
+
+        retriever = NullRetriever()
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
     if demonstrator is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -25,15 +26,28 @@ def tiny(
     heads: int = typer.Option(4, "--heads", help="Attention heads (hidden must be divisible by heads)."),
     intermediate: int = typer.Option(None, "--intermediate", help="MLP size (default 3 x hidden)."),
     vocab_size: int = typer.Option(8192, "--vocab-size", help="Largest vocabulary, tags included."),
+    copy_steps: int = typer.Option(
+        0, "--copy-steps", help="Copy (induction) pre-training steps on random words (0: none; 200 is ~30 s)."
+    ),
 ) -> None:
     """Train a tokenizer on DIR's texts and save a tiny Llama policy that loads like any checkpoint."""
-    from ragrl.llm.tiny import TinyConfig, create_tiny_policy, read_tiny_info
+    from ragrl.llm.tiny import CopyPretraining, TinyConfig, create_tiny_policy, read_tiny_info
 
     config = TinyConfig(hidden=hidden, layers=layers, heads=heads, intermediate=intermediate or 3 * hidden)
     started = time.perf_counter()
-    with console.status("building the tiny policy"):
-        path = create_tiny_policy(data, out, seed=seed, kind=tokenizer, vocab_size=vocab_size, config=config)
+    # the copy stage shows its own progress bar (rich allows one live display at a time)
+    with console.status("building the tiny policy") if not copy_steps else nullcontext():
+        path = create_tiny_policy(
+            data, out, seed=seed, kind=tokenizer, vocab_size=vocab_size, config=config,
+            copy=CopyPretraining(steps=copy_steps),
+        )  # fmt: skip
     info = read_tiny_info(path) or {}
     typer.echo(f"parameters: {info.get('parameters', 0):,}")
     typer.echo(f"vocab size: {info.get('vocab_size')} ({tokenizer}, unk rate {info.get('unk_rate', 0):.2%})")
+    if info.get("copy_pretraining"):
+        c = info["copy_pretraining"]
+        typer.echo(
+            f"copy pre-training: {c['steps']} steps, "
+            f"copy accuracy {c['copy_accuracy']:.2f} ({c['seconds']} s)"
+        )
     typer.echo(f"saved to:   {path}  ({time.perf_counter() - started:.1f} s)")

@@ -426,6 +426,74 @@ def unk_rate(tokenizer: Any, texts: Sequence[str], *, limit: int = 2000) -> floa
     return unk / total if total else 0.0
 
 
+@dataclass
+class CopyPretraining:
+    """The copy (induction) pre-training stage of ``create_tiny_policy``: ``steps`` AdamW steps on
+    sequences ``BOS w_1 … w_span w_1 … w_span`` of words drawn at random from the vocabulary, with the
+    loss on the repeated half only. A model built from scratch knows no way to move a token from its
+    context to its output; a few hundred steps of this teach it (copy accuracy near 1.0 after ~150
+    steps at the default shape, ~25 s on 2 CPU cores), and every later stage that must copy a name,
+    from a question into a query or from a passage into an answer, starts from there. The words are
+    random, so no fact of any dataset is learned."""
+
+    steps: int = 0
+    batch_size: int = 32
+    span: int = 20
+    lr: float = 3e-3
+
+
+def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: int = 0) -> dict[str, Any]:
+    """Run the copy pre-training stage on ``model`` in place; returns what it measured (the last
+    step's copy loss and greedy copy accuracy on the repeated half, the seconds it took)."""
+    import random
+
+    import torch
+
+    from ragrl.console import progress_bar
+
+    skip = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
+    words = sorted(i for t, i in tokenizer.get_vocab().items() if i not in skip and t.strip().isalpha())
+    if len(words) < config.span:
+        raise RagrlError(
+            f"copy pre-training needs at least {config.span} word tokens, the vocabulary has {len(words)}"
+        )
+    rng = random.Random(f"ragrl-tiny-copy:{seed}")
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    model.train()
+    started = time.perf_counter()
+    loss_value, accuracy = float("nan"), 0.0
+    n = config.span
+    with progress_bar() as bar:
+        task = bar.add_task("COPY", total=config.steps)
+        for _ in range(config.steps):
+            rows = []
+            for _ in range(config.batch_size):
+                span = [rng.choice(words) for _ in range(n)]
+                rows.append([tokenizer.bos_token_id, *span, *span])
+            ids = torch.tensor(rows)
+            logits = model(input_ids=ids).logits[:, n:-1]  # predictions of the repeated half
+            targets = ids[:, n + 1 :]
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            loss_value = float(loss.detach())
+            accuracy = float((logits[:, 1:].argmax(-1) == targets[:, 1:]).float().mean())
+            bar.update(task, advance=1, description=f"COPY loss {loss_value:.3f} acc {accuracy:.2f}")
+    model.eval()
+    return {
+        "steps": config.steps,
+        "batch_size": config.batch_size,
+        "span": config.span,
+        "lr": config.lr,
+        "copy_loss": round(loss_value, 4),
+        "copy_accuracy": round(accuracy, 4),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def create_tiny_policy(
     data: str | Path | Sequence[str | Path],
     out_dir: str | Path,
@@ -436,10 +504,12 @@ def create_tiny_policy(
     config: TinyConfig | None = None,
     extra_texts: Iterable[str] = (),
     special_tags: Sequence[str] = DEFAULT_TAGS,
+    copy: CopyPretraining | None = None,
 ) -> Path:
     """Train a tokenizer on the texts of ``data`` (see ``collect_texts``) plus ``extra_texts`` (for
     example a method's prompt), build the tiny Llama and save both in ``out_dir`` (which must not
-    exist or be empty), with ``ragrl_tiny.json`` recording how it was made. Returns ``out_dir``."""
+    exist or be empty), with ``ragrl_tiny.json`` recording how it was made. ``copy`` runs the copy
+    pre-training stage (``CopyPretraining``) before saving. Returns ``out_dir``."""
     if kind not in TOKENIZER_KINDS:
         raise RagrlError(f"unknown tokenizer kind {kind!r}; expected one of {', '.join(TOKENIZER_KINDS)}")
     out = Path(out_dir)
@@ -452,6 +522,7 @@ def create_tiny_policy(
     tokenizer = train_tokenizer([*extra, *texts], kind=kind, vocab_size=vocab_size, special_tags=special_tags)
     tokenizer.model_max_length = config.max_position_embeddings
     model = build_tiny_model(tokenizer, config, seed=seed)
+    copy_report = copy_pretrain(model, tokenizer, copy, seed=seed) if copy and copy.steps > 0 else None
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     portable_tokenizer_config(out)
@@ -468,6 +539,7 @@ def create_tiny_policy(
         "sources": sources,
         "texts": len(texts) + len(extra),
         "unk_rate": round(unk_rate(tokenizer, texts), 6),
+        "copy_pretraining": copy_report,
         "weights_sha256": weights_hash(model),
         "build_seconds": round(time.perf_counter() - started, 3),
     }

@@ -208,9 +208,10 @@ class Trainer:
                 metrics = self.step()
                 if cfg.log_every and self.step_count % cfg.log_every == 0:
                     self.log.log(self.kind, self.step_count, metrics)
-                bar.update(task, advance=1, description=_describe(self.kind, metrics))
                 if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < total:
                     self.evaluate(self.kind)
+                last_em = f" · held-out EM {self.evals[-1]['eval/em']:.2f}" if self.evals else ""
+                bar.update(task, advance=1, description=_describe(self.kind, metrics) + last_em)
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
         if self.step_count >= total:

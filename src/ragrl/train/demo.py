@@ -1,14 +1,18 @@
 """``ragrl demo``: the project's main job on its embedded defaults, a policy learning on a CPU.
 
-1. generate the synthetic multi-hop world (seeded) and index its corpus with BM25;
-2. build the tiny Llama policy with a tokenizer trained on the world's text;
-3. warm-start it with a *partial* SFT on the oracle demonstrator's trajectories (``train.sft.max_steps``
-   steps: the policy learns the protocol and to search step by step, but answers only a few held-out
-   questions right; a fully trained imitation would leave nothing for RL to show);
+1. generate the synthetic multi-hop world (seeded; the ``facts`` split by default: held-out questions
+   need facts no training question needs, entity names are shared) and index its corpus with BM25;
+2. build the tiny Llama policy with a tokenizer trained on the world's text, and pre-train it to copy
+   (``copy_steps`` steps on random words: ``ragrl.llm.tiny.copy_pretrain``);
+3. warm-start it with a *partial* SFT on the oracle demonstrator's trajectories (``train.sft.*``: the
+   policy learns the protocol and to search step by step, but answers only some held-out questions
+   right; a fully trained imitation would leave nothing for RL to show);
 4. train it with GRPO and the Search-R1 method (``methods/configs/search_r1-tiny.yaml``);
-5. evaluate before and after on the held-out test questions and write the run folder: the resolved
-   ``config.yaml``, ``metrics.jsonl``, ``samples.jsonl``, ``report.md`` + ``curves.png`` and
-   ``summary.json`` (``warm_start/`` holds the SFT stage's own metrics and checkpoint).
+5. evaluate on the held-out test questions: the heuristic demonstrator, the warm start, the final
+   policy, and the final policy closed-book (every search finds nothing: what it knows without
+   reading). Write the run folder: the resolved ``config.yaml``, ``metrics.jsonl``, ``samples.jsonl``,
+   ``report.md`` + ``curves.png`` and ``summary.json`` (``warm_start/`` holds the SFT stage's own
+   metrics and checkpoint).
 """
 
 from __future__ import annotations
@@ -26,6 +30,21 @@ from ragrl.methods import load_method
 from ragrl.train.config import resolved_config_yaml
 
 DEMO_CONFIG = "search_r1-tiny"
+DEFAULT_COPY_STEPS = 200
+
+
+def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
+    """EM, EM on the answerable questions, the most common answer and its share, searches."""
+    from ragrl.train.base import collapse_check
+
+    check = collapse_check(report.rows, list(examples))
+    return {
+        "em": report.scores.get("em", 0.0),
+        "em_answerable": check["eval/em_answerable"],
+        "top_answer": check["eval/top_answer"],
+        "top_answer_share": check["eval/top_answer_share"],
+        "searches": report.scores.get("searches_per_question", 0.0),
+    }
 
 
 def run_demo(
@@ -33,20 +52,27 @@ def run_demo(
     *,
     seed: int = 0,
     size: str = "small",
+    split: str = "facts",
+    copy_steps: int = DEFAULT_COPY_STEPS,
     overrides: Sequence[str] = (),
     force: bool = False,
 ) -> dict[str, Any]:
     """Run the whole demo into ``out``; returns the summary (also written to ``summary.json``)."""
+    from ragrl.console import quiet_libraries
     from ragrl.data.io import read_corpus, read_examples
-    from ragrl.data.synth.demonstrators import OracleDemonstrator
+    from ragrl.data.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
     from ragrl.data.synth.generate import generate_world
-    from ragrl.llm.tiny import create_tiny_policy
+    from ragrl.eval.runner import evaluate
+    from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
     from ragrl.retrieval.bm25 import BM25Retriever
+    from ragrl.retrieval.null import NullRetriever
+    from ragrl.rollout.scripted import DemonstratorBackend
     from ragrl.train.grpo import GRPOTrainer
     from ragrl.train.report import write_report
     from ragrl.train.setup import load_policy, make_accelerator, peak_memory_mb
     from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
+    quiet_libraries()
     t0 = time.perf_counter()
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -56,16 +82,17 @@ def run_demo(
     world_dir = out / "world"
 
     # 1. the world and its index
-    console.print(f"demo: synthetic world (seed {seed}, {size}) -> {world_dir}")
-    generate_world(seed, size).write(world_dir)
+    console.print(f"demo: synthetic world (seed {seed}, {size}, {split} split) -> {world_dir}")
+    generate_world(seed, size, split=split).write(world_dir)
     train, _ = read_examples(world_dir / "train.jsonl")
     test, _ = read_examples(world_dir / "test.jsonl")
     passages, _ = read_corpus(world_dir / "corpus.jsonl")
     retriever = BM25Retriever.build(passages)
     retriever.save(world_dir / "bm25")
 
-    # 2. the tiny policy
-    create_tiny_policy(world_dir, out / "tiny-policy", seed=seed)
+    # 2. the tiny policy, pre-trained to copy
+    console.print(f"demo: tiny policy, {copy_steps} steps of copy pre-training")
+    create_tiny_policy(world_dir, out / "tiny-policy", seed=seed, copy=CopyPretraining(steps=copy_steps))
 
     base = [
         f"train.seed={seed}",
@@ -73,6 +100,10 @@ def run_demo(
         f"train.data.train={world_dir / 'train.jsonl'}",
         f"train.data.eval={world_dir / 'test.jsonl'}",
         f"train.data.index={world_dir / 'bm25'}",
+        # the warm start: a faster rate, and half the demonstrations name-swapped so that names are
+        # copied from the question and the passages rather than memorised (docs/training.md)
+        "train.sft.lr=3e-3",
+        "train.sft.name_swap=0.5",
     ]
     method = load_method(DEMO_CONFIG, [*base, *overrides])
     config = method.train
@@ -82,6 +113,11 @@ def run_demo(
     # 3. partial SFT warm start on the oracle demonstrator
     accelerator = make_accelerator(config)
     model, tokenizer = load_policy(config.model, accelerator.device)
+    held_out = test[: config.data.eval_limit or None]  # the questions every held-out row is measured on
+    heuristic = DemonstratorBackend.for_examples(
+        tokenizer, HeuristicDemonstrator.from_world_json(world_dir / "world.json"), held_out, method.protocol
+    )
+    heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
     demos = demonstration_trajectories(method, tokenizer, OracleDemonstrator(), train, retriever)
     console.print(f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} oracle trajectories")
     sft = SFTTrainer(
@@ -100,9 +136,34 @@ def run_demo(
     )  # fmt: skip
     summary = grpo.train()
 
-    # 5. the summary (the whole demo's wall time and memory) and the report
+    # 5. the closed-book control, the summary (the whole demo's wall time and memory) and the report
+    console.print("demo: the final policy closed-book (every search finds nothing)")
+    closed = _held_out(
+        evaluate(
+            grpo.backend, NullRetriever(), method, test, seed=config.seed, temperature=config.eval_temperature
+        ),
+        test,
+    )
+
+    def from_eval(record: dict[str, Any]) -> dict[str, Any]:
+        keys = ("em", "em_answerable", "top_answer", "top_answer_share", "searches")
+        return {k: record[f"eval/{k}"] for k in keys}
+
+    summary["held_out"] = {
+        "heuristic demonstrator": heuristic_scores,
+        "warm start (SFT)": from_eval(grpo.evals[0]),
+        "after GRPO": from_eval(grpo.evals[-1]),
+        "after GRPO, closed-book": closed,
+    }
     summary.update(
+        split=split,
+        copy_steps=copy_steps,
         em_warm_start=summary.get("em_before"),
+        em_closed_book=closed["em"],
+        em_answerable_closed_book=closed["em_answerable"],
+        top_answer_closed_book=closed["top_answer"],
+        em_heuristic=heuristic_scores["em"],
+        em_answerable_heuristic=heuristic_scores["em_answerable"],
         warm_start_steps=sft.step_count,
         wall_seconds=round(time.perf_counter() - t0, 1),
         peak_memory_mb=peak_memory_mb(),
@@ -110,3 +171,22 @@ def run_demo(
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     write_report(out, summary)
     return summary
+
+
+def summary_table(summary: dict[str, Any]) -> Any:
+    """The demo's closing table: one row per policy on the held-out questions."""
+    from rich.table import Table
+
+    n = summary.get("n_eval", 0)
+    table = Table(title=f"held-out questions ({n}, seed {summary.get('seed')}, {summary.get('split')} split)")
+    for column in ("policy", "EM", "EM answerable", "most common answer", "searches / question"):
+        table.add_column(column, justify="left" if column in ("policy", "most common answer") else "right")
+    for name, row in summary.get("held_out", {}).items():
+        table.add_row(
+            name,
+            f"{row['em']:.3f}",
+            f"{row['em_answerable']:.3f}",
+            f"{row['top_answer']} ({100 * row['top_answer_share']:.0f}%)",
+            f"{row['searches']:.2f}",
+        )
+    return table
