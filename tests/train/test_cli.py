@@ -98,6 +98,8 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert rows["after GRPO"]["em"] == summary["em_after"]
     assert rows["after GRPO, closed-book"]["em_answerable"] == summary["em_answerable_closed_book"]
     assert 0 <= summary["em_answerable_heuristic"] <= 1
+    # every row is measured on the same held-out questions (train.data.eval_limit=3)
+    assert {row["n"] for row in rows.values()} == {3}
     for row in rows.values():
         assert {"em", "em_answerable", "top_answer", "top_answer_share", "searches"} <= set(row)
     assert "after GRPO, closed-book" in result.output and "closed-book" in result.output

@@ -44,6 +44,7 @@ def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
         "top_answer": check["eval/top_answer"],
         "top_answer_share": check["eval/top_answer_share"],
         "searches": report.scores.get("searches_per_question", 0.0),
+        "n": len(examples),
     }
 
 
@@ -140,13 +141,18 @@ def run_demo(
     console.print("demo: the final policy closed-book (every search finds nothing)")
     closed = _held_out(
         evaluate(
-            grpo.backend, NullRetriever(), method, test, seed=config.seed, temperature=config.eval_temperature
+            grpo.backend,
+            NullRetriever(),
+            method,
+            held_out,
+            seed=config.seed,
+            temperature=config.eval_temperature,
         ),
-        test,
+        held_out,
     )
 
     def from_eval(record: dict[str, Any]) -> dict[str, Any]:
-        keys = ("em", "em_answerable", "top_answer", "top_answer_share", "searches")
+        keys = ("em", "em_answerable", "top_answer", "top_answer_share", "searches", "n")
         return {k: record[f"eval/{k}"] for k in keys}
 
     summary["held_out"] = {
