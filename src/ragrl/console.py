@@ -17,21 +17,20 @@ console = Console(stderr=True)
 def quiet_libraries() -> None:
     """Keep library noise out of the user's terminal: transformers' and huggingface_hub's progress bars
     (weight loading, "Writing model shards") and their info/warning logs, and accelerate's
-    "Removed shared tensor" notes on checkpoints of tied-embedding models. Errors still show."""
+    "Removed shared tensor" notes on checkpoints of tied-embedding models. Errors still show. Call it
+    again after transformers is imported to switch its progress bars off too."""
     import logging
     import os
+    import sys
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is imported
     for name in ("accelerate", "transformers", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        import transformers
-
+    if "transformers" in sys.modules:  # never import it here: every command would start seconds slower
+        transformers = sys.modules["transformers"]
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
 
 
 def progress(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:

@@ -151,6 +151,7 @@ def test_closed_book_searches_find_nothing(world_dir, tmp_path):
     # the oracle still searches every sub-question (and reads its answers from gold fields), but no
     # search retrieves anything
     assert scores["searches_per_question"] >= 2 and scores["full_recall@10"] == 0.0
+    assert scores["provenance"]["closed_book"] is True and scores["provenance"]["index"] is None
     for t in read_trajectories(out / "trajectories.jsonl"):
         observations = [s.text for s in t.segments if s.kind == "env"]
         assert observations and all("No passages found." in o for o in observations)

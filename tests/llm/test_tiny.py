@@ -409,3 +409,9 @@ def test_copy_pretraining_teaches_copying_and_is_recorded(data_dir, tmp_path):
     assert read_tiny_info(plain)["copy_pretraining"] is None
     again = create_tiny_policy(data_dir, tmp_path / "again", seed=0, config=config, copy=copy)
     assert read_tiny_info(again)["weights_sha256"] == read_tiny_info(taught)["weights_sha256"]
+
+
+def test_copy_pretraining_settings_are_checked():
+    for bad in ({"steps": -1}, {"batch_size": 0}, {"span": 0}, {"lr": 0.0}):
+        with pytest.raises(RagrlError, match="copy pre-training"):
+            CopyPretraining(**bad)

@@ -102,7 +102,7 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert {row["n"] for row in rows.values()} == {3}
     for row in rows.values():
         assert {"em", "em_answerable", "top_answer", "top_answer_share", "searches"} <= set(row)
-    assert "after GRPO, closed-book" in result.output and "closed-book" in result.output
+    assert "closed-book" in result.output and "held-out questions (3, seed 0, facts split)" in result.output
     for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb",
                 "em_answerable_after", "top_answer_after", "top_answer_share_after"):  # fmt: skip
         assert key in summary, key

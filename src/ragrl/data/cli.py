@@ -85,12 +85,12 @@ def synth(
     lines = [
         f"synthetic world seed={seed} size={size} split={split}: {sum(st['entities'].values())} entities"
     ]
-    for split, s in st["splits"].items():
+    for name, s in st["splits"].items():
         types = ", ".join(f"{k} {v}" for k, v in s["type"].items())
         hops = ", ".join(f"{k}-hop {v}" for k, v in s["hops"].items())
         lines.append(
-            f"  {split}: {s['questions']} questions ({types}; {hops}; "
-            f"{s['answerable_share']:.0%} answerable) -> {paths[split]}"
+            f"  {name}: {s['questions']} questions ({types}; {hops}; "
+            f"{s['answerable_share']:.0%} answerable) -> {paths[name]}"
         )
     c = st["corpus"]
     lines.append(f"  corpus: {c['passages']} passages ({c['removed']} removed) -> {paths['corpus']}")

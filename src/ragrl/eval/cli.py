@@ -170,7 +170,7 @@ def eval_command(
             f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to {model}'s "
             "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
         )
-    report.scores.update({"provenance": _provenance(model, index, data)})
+    report.scores.update({"provenance": {**_provenance(model, index, data), "closed_book": closed_book}})
 
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)

@@ -441,6 +441,15 @@ class CopyPretraining:
     span: int = 20
     lr: float = 3e-3
 
+    def __post_init__(self) -> None:
+        if self.steps < 0:
+            raise RagrlError(f"copy pre-training steps must be >= 0, got {self.steps}")
+        for name in ("batch_size", "span"):
+            if getattr(self, name) < 1:
+                raise RagrlError(f"copy pre-training {name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise RagrlError(f"copy pre-training lr must be > 0, got {self.lr}")
+
 
 def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: int = 0) -> dict[str, Any]:
     """Run the copy pre-training stage on ``model`` in place; returns what it measured (the last
@@ -453,6 +462,13 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
 
     skip = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
     words = sorted(i for t, i in tokenizer.get_vocab().items() if i not in skip and t.strip().isalpha())
+    if tokenizer.bos_token_id is None:
+        raise RagrlError("copy pre-training needs a tokenizer with a BOS token")
+    if 2 * config.span + 1 > model.config.max_position_embeddings:
+        raise RagrlError(
+            f"copy pre-training: sequences of 2 x span + 1 = {2 * config.span + 1} tokens exceed the "
+            f"model's {model.config.max_position_embeddings} positions"
+        )
     if len(words) < config.span:
         raise RagrlError(
             f"copy pre-training needs at least {config.span} word tokens, the vocabulary has {len(words)}"

@@ -114,11 +114,7 @@ def run_demo(
     # 3. partial SFT warm start on the oracle demonstrator
     accelerator = make_accelerator(config)
     model, tokenizer = load_policy(config.model, accelerator.device)
-    held_out = test[: config.data.eval_limit or None]  # the questions every held-out row is measured on
-    heuristic = DemonstratorBackend.for_examples(
-        tokenizer, HeuristicDemonstrator.from_world_json(world_dir / "world.json"), held_out, method.protocol
-    )
-    heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
+    quiet_libraries()  # transformers is loaded now: its progress bars too
     demos = demonstration_trajectories(method, tokenizer, OracleDemonstrator(), train, retriever)
     console.print(f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} oracle trajectories")
     sft = SFTTrainer(
@@ -135,6 +131,11 @@ def run_demo(
         method, config, run_dir=out, train_examples=train, eval_examples=test, retriever=retriever,
         accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
     )  # fmt: skip
+    held_out = grpo.eval_examples  # every row of the closing table is measured on these questions
+    heuristic = DemonstratorBackend.for_examples(
+        tokenizer, HeuristicDemonstrator.from_world_json(world_dir / "world.json"), held_out, method.protocol
+    )
+    heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
     summary = grpo.train()
 
     # 5. the closed-book control, the summary (the whole demo's wall time and memory) and the report

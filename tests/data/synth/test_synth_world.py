@@ -175,10 +175,17 @@ def test_medium_world_is_fair():
 
 
 def test_entities_mode_is_the_original_world(tmp_path):
-    """``split="entities"`` is the world every earlier measurement used, byte for byte."""
+    """``split="entities"`` gives the questions and corpus every earlier measurement used, byte for byte
+    (``world.json`` and ``stats.json`` gained the split mode and the new statistics)."""
     paths = generate_world(0, "small", split="entities").write(tmp_path)
-    digests = {k: hashlib.sha256(paths[k].read_bytes()).hexdigest()[:16] for k in ("train", "test", "corpus")}
-    assert digests == {"train": "6c8d019ba71db31b", "test": "2203911a873431b1", "corpus": "525045364fe22429"}
+    names = ("train", "dev", "test", "corpus")
+    digests = {k: hashlib.sha256(paths[k].read_bytes()).hexdigest()[:16] for k in names}
+    assert digests == {
+        "train": "6c8d019ba71db31b",
+        "dev": "7f369b0366279f84",
+        "test": "2203911a873431b1",
+        "corpus": "525045364fe22429",
+    }
 
 
 def test_unknown_split_mode_is_a_clear_error():
@@ -221,9 +228,22 @@ def test_facts_split_shares_names_but_no_fact(seed):
 def test_entities_split_shares_no_name():
     w = generate_world(0, "small", split="entities")
     assert w.stats["questions_naming_a_training_entity"] == {"dev": 0.0, "test": 0.0}
-    assert fact_overlap(w)["test&train"] > 0  # only the shared capitals
+    # the facts both splits need are only the shared background: a country's capital
+    train = {
+        (pid, s.answers[0]) for ex in w.splits["train"] for s in ex.decomposition for pid in s.supporting_ids
+    }
+    shared = [
+        (pid, answer) for ex in w.splits["test"] for s in ex.decomposition for pid in s.supporting_ids
+        for answer in s.answers[:1] if (pid, answer) in train
+    ]  # fmt: skip
+    assert len(set(shared)) == fact_overlap(w)["test&train"] > 0
+    by_pid = {e.passage_id: e for e in w.store}
+    assert {by_pid[pid].kind for pid, _ in shared} == {"country"}
+    assert all(by_pid[pid].pool == SHARED_POOL for pid, _ in shared)
 
 
-def test_facts_split_held_out_answers_are_not_memorisable():
-    f = generate_world(0, "small", split="facts").stats["fairness"]["test"]
-    assert f["memoriser_template_em"] == 0.1 and f["memoriser_template_em_answerable"] == 0.0889
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_facts_split_held_out_answers_are_not_memorisable(seed):
+    for f in generate_world(seed, "small", split="facts").stats["fairness"].values():
+        assert f["memoriser_template_em"] <= 0.12 and f["memoriser_template_em_answerable"] <= 0.11
+        assert f["memoriser_global_em"] <= 0.11

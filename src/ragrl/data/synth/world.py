@@ -348,7 +348,7 @@ def build_entities(
     seed: int,
     size: str,
     counts: dict[str, tuple[int, int]],
-    split_mode: str = "entities",
+    split_mode: str = "facts",
     cross_links: float = DEFAULT_CROSS_LINKS,
 ) -> EntityStore:
     """Create every entity of the world. ``counts[split] = (answerable, unanswerable)`` questions;
