@@ -17,13 +17,16 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.train.demo import DEFAULT_COPY_STEPS, run_demo
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--split", default="facts", help="world split: facts (default) or entities")
+    parser.add_argument(
+        "--split", default=DEFAULT_SPLIT_MODE, help="world split: facts (default) or entities"
+    )
     parser.add_argument("--copy-steps", type=int, default=DEFAULT_COPY_STEPS)
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")

@@ -11,6 +11,7 @@ from ragrl.console import console
 from ragrl.data.convert import convert as convert_dataset
 from ragrl.data.loaders import FORMATS, load_dataset
 from ragrl.data.stats import compute_stats, print_stats
+from ragrl.data.synth.world import DEFAULT_CROSS_LINKS, DEFAULT_SPLIT_MODE
 
 app = typer.Typer(help="Convert, inspect and generate datasets.", no_args_is_help=True)
 
@@ -64,13 +65,15 @@ def synth(
         0.1, "--unanswerable", help="Share of questions whose evidence passage is removed from the corpus."
     ),
     split: str = typer.Option(
-        "facts",
+        DEFAULT_SPLIT_MODE,
         "--split",
         help="facts: held-out questions need facts no training question needs, names are shared; "
         "entities: the splits share no person, company, work or city (harder).",
     ),
     cross_links: float = typer.Option(
-        0.5, "--cross-links", help="facts split: share of relations that point into another split's pool."
+        DEFAULT_CROSS_LINKS,
+        "--cross-links",
+        help="facts split: share of relations that point into another split's pool.",
     ),
 ) -> None:
     """Generate the synthetic multi-hop world: DIR/{train,dev,test}.jsonl, corpus.jsonl, world.json,

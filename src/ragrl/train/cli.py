@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from ragrl.console import console
+from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.errors import RagrlError
+from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 SetOption = Annotated[
     list[str] | None,
@@ -131,8 +133,10 @@ def demo(
             help="World split: facts (held-out questions need facts no training question needs; names "
             "shared) or entities (no shared person, company, work or city: harder)."
         ),
-    ] = "facts",
-    copy_steps: Annotated[int, typer.Option(help="Copy pre-training steps of the tiny policy.")] = 200,
+    ] = DEFAULT_SPLIT_MODE,
+    copy_steps: Annotated[
+        int, typer.Option(help="Copy pre-training steps of the tiny policy.")
+    ] = DEFAULT_COPY_STEPS,
     set_: SetOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing run folder.")] = False,
 ) -> None:

@@ -3,7 +3,7 @@
 1. generate the synthetic multi-hop world (seeded; the ``facts`` split by default: held-out questions
    need facts no training question needs, entity names are shared) and index its corpus with BM25;
 2. build the tiny Llama policy with a tokenizer trained on the world's text, and pre-train it to copy
-   (``copy_steps`` steps on random words: ``ragrl.llm.tiny.copy_pretrain``);
+   (``copy_steps`` steps on random words: ``ragrl.llm.copy_pretrain``);
 3. warm-start it with a *partial* SFT on the oracle demonstrator's trajectories (``train.sft.*``: the
    policy learns the protocol and to search step by step, but answers only some held-out questions
    right; a fully trained imitation would leave nothing for RL to show);
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.console import console
+from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
 from ragrl.train.config import resolved_config_yaml
@@ -53,7 +54,7 @@ def run_demo(
     *,
     seed: int = 0,
     size: str = "small",
-    split: str = "facts",
+    split: str = DEFAULT_SPLIT_MODE,
     copy_steps: int = DEFAULT_COPY_STEPS,
     overrides: Sequence[str] = (),
     force: bool = False,

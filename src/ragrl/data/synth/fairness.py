@@ -16,6 +16,7 @@ shared. ``fairness_report(train, test)`` measures what memorising the training a
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -112,8 +113,6 @@ def fact_overlap(world: SynthWorld) -> dict[str, int]:
 def name_sharing(world: SynthWorld) -> dict[str, float]:
     """Share of each held-out split's questions that name an entity also named in a training question,
     answer or sub-question (the demonstrations' text): shared words, not shared facts."""
-    import re
-
     names = sorted({e.name for e in world.store}, key=len, reverse=True)
     pattern = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b")
 

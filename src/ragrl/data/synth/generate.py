@@ -20,6 +20,7 @@ from ragrl.data.synth.passages import build_passages
 from ragrl.data.synth.questions import UNANSWERABLE_ANSWER, Draft, draft_questions
 from ragrl.data.synth.world import (
     DEFAULT_CROSS_LINKS,
+    DEFAULT_SPLIT_MODE,
     SHARED_POOL,
     SIZES,
     SPLITS,
@@ -29,7 +30,6 @@ from ragrl.data.synth.world import (
 )
 from ragrl.errors import RagrlError
 
-DEFAULT_SPLIT_MODE = "facts"
 DEFAULT_UNANSWERABLE_FRACTION = 0.1
 DEFAULT_GIVEN_PASSAGES = (8, 10)
 

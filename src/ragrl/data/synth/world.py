@@ -38,6 +38,7 @@ SIZES: dict[str, dict[str, int]] = {
 COUNTRIES = {"small": 12, "medium": 20}
 SHARED_POOL = "shared"
 SPLIT_MODES = ("facts", "entities")
+DEFAULT_SPLIT_MODE = "facts"
 DEFAULT_CROSS_LINKS = 0.5
 """``facts`` mode: the share of the answerable pools' relations that point into another split's pool."""
 KINDS = ("country", "city", "person", "company", "work")
@@ -178,6 +179,11 @@ class EntityStore:
         self._index = None
         return ent
 
+    def move(self, ent: Entity, pool: str) -> None:
+        """Put ``ent`` in another pool."""
+        ent.pool = pool
+        self._index = None
+
     def of(self, pool: str, kind: str) -> list[Entity]:
         """The entities of one kind in one pool, in creation order (a fresh list)."""
         if self._index is None:
@@ -302,8 +308,7 @@ def _owner_splits(counts: dict[str, tuple[int, int]], n: int) -> list[str]:
     """``n`` split names in proportion to the answerable question counts (largest remainder), in split
     order: which split owns each country in ``facts`` mode."""
     shares = apportion(n, [counts[s][0] for s in SPLITS])
-    owners = [s for s, k in zip(SPLITS, shares, strict=True) for _ in range(k)]
-    return owners
+    return [s for s, k in zip(SPLITS, shares, strict=True) for _ in range(k)]
 
 
 def cross_link(store: EntityStore, rng: random.Random, share: float) -> int:
@@ -314,30 +319,37 @@ def cross_link(store: EntityStore, rng: random.Random, share: float) -> int:
     the world consistent: a non-capital city; a founder with no creative occupation, born 20-50 years
     before the founding; a creator of the right occupation, born 20-50 years before the release. A
     relation with no such candidate stays. Returns the number of relations re-pointed."""
-    cities = {p: [c for c in store.of(p, "city") if not c.facts.get("capital")] for p in SPLITS}
-    companies = {p: store.of(p, "company") for p in SPLITS}
-    people = {p: store.of(p, "person") for p in SPLITS}
+
+    def others(pool: str, kind: str) -> list[Entity]:
+        return [e for p in SPLITS if p != pool for e in store.of(p, kind)]
+
+    # the candidates of each pool's relations, in the other pools: built once per pool
+    cities = {p: [c for c in others(p, "city") if not c.facts.get("capital")] for p in SPLITS}
+    companies = {p: others(p, "company") for p in SPLITS}
+    people = {p: others(p, "person") for p in SPLITS}
+    by_occupation = {
+        p: {occ: [x for x in people[p] if x.facts["occupation"] == occ] for occ in CREATIVE.values()}
+        for p in SPLITS
+    }
     founders = {p: [x for x in people[p] if x.facts["occupation"] not in CREATIVE.values()] for p in SPLITS}
 
     def born(candidates: list[Entity], year: int) -> list[Entity]:
-        return [p for p in candidates if 20 <= year - p.facts["birth_year"] <= 50]
+        return [x for x in candidates if 20 <= year - x.facts["birth_year"] <= 50]
 
     moved = 0
     for e in sorted((e for e in store if e.pool in SPLITS), key=lambda e: e.id):
-        others = [p for p in SPLITS if p != e.pool]
+        p = e.pool
         for rel in sorted(e.rels):
             if rel in ("located_in", "capital") or rng.random() >= share:
                 continue
             if rel in ("born_in", "headquartered_in"):
-                cands = [c for p in others for c in cities[p]]
+                cands = cities[p]
             elif rel == "works_for":
-                cands = [c for p in others for c in companies[p]]
+                cands = companies[p]
             elif rel == "founded_by":
-                cands = born([x for p in others for x in founders[p]], e.facts["founded_year"])
+                cands = born(founders[p], e.facts["founded_year"])
             else:  # creator
-                occupation = CREATIVE[e.facts["work_kind"]]
-                creators = [x for p in others for x in people[p] if x.facts["occupation"] == occupation]
-                cands = born(creators, e.facts["release_year"])
+                cands = born(by_occupation[p][CREATIVE[e.facts["work_kind"]]], e.facts["release_year"])
             if cands:
                 e.rels[rel] = cands[rng.randrange(len(cands))].id
                 moved += 1
@@ -348,7 +360,7 @@ def build_entities(
     seed: int,
     size: str,
     counts: dict[str, tuple[int, int]],
-    split_mode: str = "facts",
+    split_mode: str = DEFAULT_SPLIT_MODE,
     cross_links: float = DEFAULT_CROSS_LINKS,
 ) -> EntityStore:
     """Create every entity of the world. ``counts[split] = (answerable, unanswerable)`` questions;
@@ -367,9 +379,8 @@ def build_entities(
         # every country (and its capital) is owned by one split: its facts are that split's facts
         countries = sorted((e for e in store if e.kind == "country"), key=lambda e: e.id)
         for country, owner in zip(countries, _owner_splits(counts, len(countries)), strict=True):
-            country.pool = owner
-            store.rel(country, "capital").pool = owner
-        store._index = None
+            store.move(country, owner)
+            store.move(store.rel(country, "capital"), owner)
     for split in SPLITS:
         answerable, unanswerable = counts[split]
         for pool_name, n, reserved in (
