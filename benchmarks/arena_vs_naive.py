@@ -1,18 +1,21 @@
 """ARENA vs the Naive-GRPO baseline on the CPU: the same tiny policy, world, warm-start budget and GRPO
 budget, different output format and rewards (ARENA spec §7.2 item 4d).
 
-For each seed: the synthetic world (given-passages mode: each question comes with its ~10 passages; the
-gold reference ids are attached with ARENA's rule and unresolvable questions, the unanswerable ones,
-are dropped), one tiny policy; then for each of ``arena-tiny`` and ``arena-naive-tiny``:
+For each seed: the synthetic world (the default ``facts`` split; given-passages mode: each question
+comes with its ~10 passages; the gold reference ids are attached with ARENA's rule and unresolvable
+questions, the unanswerable ones, are dropped), one tiny policy with the demo's copy pre-training
+(``--copy-steps``); then for each of ``arena-tiny`` and ``arena-naive-tiny``:
 
 1. a partial SFT warm start on the method's own oracle replies (``--sft-steps``);
 2. GRPO with the method's rewards (``--steps``);
 3. held-out evaluation of the warm start and of the trained policy (greedy, ARENA normalization):
-   EM, format score, and for ARENA the relevance score, cited-id precision / recall and bonus rate.
+   EM, the most common answer's share (the collapse check), format score, and for ARENA the
+   relevance score, cited-id precision / recall and bonus rate.
 
 The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged over the seeds.
 
-    python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--workdir DIR]
+    python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--copy-steps 200]
+        [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -29,26 +32,34 @@ from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
 from ragrl.data.synth import generate_world
 from ragrl.eval.runner import evaluate
-from ragrl.llm.tiny import create_tiny_policy
+from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
 from ragrl.methods import load_method
+from ragrl.train.base import collapse_check
+from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 METHODS = {"arena": "arena-tiny", "naive": "arena-naive-tiny"}
-COLUMNS = ("em", "reward/arena_format", "reward/think_answer_format", "reward/arena_relevance",
-           "cite/precision", "cite/recall", "bonus_rate")  # fmt: skip
+COLUMNS = ("em", "top_answer_share", "reward/arena_format", "reward/think_answer_format",
+           "reward/arena_relevance", "cite/precision", "cite/recall", "bonus_rate")  # fmt: skip
 
 
 def scores(backend, method, examples) -> dict[str, float]:  # noqa: ANN001
     report = evaluate(backend, None, method, examples, variant="arena")
-    return {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+    out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
+    check = collapse_check(report.rows, examples)  # the collapse check: the most common answer's share
+    out["top_answer_share"] = round(check["eval/top_answer_share"], 3)
+    out["top_answer"] = check["eval/top_answer"]
+    return out
 
 
-def run(workdir: Path, seed: int, name: str, sft_steps: int, steps: int, extra: list[str]) -> dict:
+def run(
+    workdir: Path, seed: int, name: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str]
+) -> dict:
     data = workdir / f"world-{seed}"
     if not (data / "train.jsonl").is_file():
         generate_world(seed, "small").write(data)
-    model_dir = workdir / f"policy-{seed}"
+    model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
     if not (model_dir / "config.json").is_file():
-        create_tiny_policy(data, model_dir, seed=seed)
+        create_tiny_policy(data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps))
     train, _ = attach_reference_ids(read_examples(data / "train.jsonl")[0])
     test, _ = attach_reference_ids(read_examples(data / "test.jsonl")[0])
     out = workdir / f"{name}-{seed}"
@@ -71,6 +82,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--sft-steps", type=int, default=120)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument(
+        "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (both)")
     args = ap.parse_args()
@@ -78,7 +92,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         for name in METHODS:
-            r = run(workdir, seed, name, args.sft_steps, args.steps, args.overrides)
+            r = run(workdir, seed, name, args.sft_steps, args.steps, args.copy_steps, args.overrides)
             results.append(r)
             print(json.dumps(r), flush=True)
     (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")

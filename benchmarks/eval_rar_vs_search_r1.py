@@ -1,6 +1,7 @@
 """Eval-RAR vs Search-R1 on the CPU, from a deliberately weak warm start (Eval-RAR spec §7.2 item 3).
 
-For each seed: the synthetic world (seed-specific), its BM25 index and one tiny policy; then for each arm
+For each seed: the synthetic world (seed-specific, the default ``facts`` split), its BM25 index and one
+tiny policy with the demo's copy pre-training (``--copy-steps``); then for each arm
 
 * ``search_r1``: Search-R1's prompt and the outcome reward (EM) only;
 * ``eval_rar``: the evaluate step and the gated reward (1 / 0.1 / 0);
@@ -16,7 +17,8 @@ For each seed: the synthetic world (seed-specific), its BM25 index and one tiny 
    and steps; only the protocol and the reward differ);
 3. greedy evaluation of the warm start and of the trained policy on the held-out questions.
 
-Reported per arm: held-out EM, searches and executed searches per question, answer rate, the
+Reported per arm: held-out EM (all, and on the answerable questions), the most common answer's share
+(the collapse check), searches and executed searches per question, answer rate, the
 evaluate-contains-gold rate, and from training the mean share of zero-variance groups (groups that give
 no gradient) and the mean number of searches per rollout over the first and the last 10 steps.
 
@@ -41,12 +43,13 @@ from ragrl.data.synth import generate_world
 from ragrl.data.synth.demonstrators import OracleDemonstrator
 from ragrl.data.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.eval.runner import evaluate
-from ragrl.llm.tiny import create_tiny_policy
+from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
 from ragrl.methods import load_method
 from ragrl.metrics.normalize import normalize
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.train.base import collapse_check
+from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 ARMS = {
     "search_r1": ("search_r1-tiny", []),
@@ -67,8 +70,8 @@ COMMON = [
     "train.grpo.group_filter=drop_zero_variance", "train.optim.lr=2e-4", "train.optim.warmup_steps=5",
     "train.sft.batch_size=16", "train.sft.lr=1e-3", "train.eval_every=0", "train.samples_every=0",
 ]  # fmt: skip
-COLUMNS = ("em", "em_answerable", "unknown_rate", "searches_per_question", "valid_searches", "answer_rate",
-           "evaluate_contains_gold")  # fmt: skip
+COLUMNS = ("em", "em_answerable", "top_answer_share", "unknown_rate", "searches_per_question",
+           "valid_searches", "answer_rate", "evaluate_contains_gold")  # fmt: skip
 
 
 def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: ANN001
@@ -76,7 +79,10 @@ def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: A
     answers (always answering ``unknown`` scores the unanswerable share of EM without searching)."""
     report = evaluate(backend, retriever, method, examples)
     out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
-    out["em_answerable"] = round(collapse_check(report.rows, examples)["eval/em_answerable"], 3)
+    check = collapse_check(report.rows, examples)
+    out["em_answerable"] = round(check["eval/em_answerable"], 3)
+    out["top_answer_share"] = round(check["eval/top_answer_share"], 3)  # the collapse check
+    out["top_answer"] = check["eval/top_answer"]
     unknown = [normalize(str(r["prediction"] or "")) == UNANSWERABLE_ANSWER for r in report.rows]
     out["unknown_rate"] = round(statistics.mean(unknown), 3) if unknown else 0.0
     return out
@@ -98,21 +104,23 @@ def training_summary(metrics: Path) -> dict[str, float]:
     }
 
 
-def world(workdir: Path, seed: int) -> tuple[Path, Path, Path]:
+def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
     data = workdir / f"world-{seed}"
     if not (data / "train.jsonl").is_file():
         generate_world(seed, "small").write(data)
     index = data / "bm25"
     if not index.is_dir():
         BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
-    model_dir = workdir / f"policy-{seed}"
+    model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
     if not (model_dir / "config.json").is_file():
-        create_tiny_policy(data, model_dir, seed=seed)
+        create_tiny_policy(data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps))
     return data, index, model_dir
 
 
-def run(workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, extra: list[str]) -> dict:
-    data, index, model_dir = world(workdir, seed)
+def run(
+    workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str]
+) -> dict:
+    data, index, model_dir = world(workdir, seed, copy_steps)
     train = read_examples(data / "train.jsonl")[0]
     test = read_examples(data / "test.jsonl")[0]
     retriever = load_retriever(index)
@@ -142,6 +150,9 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true", help="also run Eval-RAR without the evaluation reward")
     ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=None, help="the arms to run (default: "
                     "search_r1 and eval_rar, plus eval_rar_no_eval with --ablation)")  # fmt: skip
+    ap.add_argument(
+        "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
     args = ap.parse_args()
@@ -150,7 +161,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         for arm in arms:
-            r = run(workdir, seed, arm, args.sft_steps, args.steps, args.overrides)
+            r = run(workdir, seed, arm, args.sft_steps, args.steps, args.copy_steps, args.overrides)
             results.append(r)
             print(json.dumps(r), flush=True)
     (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")

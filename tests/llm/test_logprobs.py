@@ -164,3 +164,67 @@ def test_token_logprobs_with_grad_matches_plain_autograd(model: LlamaForCausalLM
     for n, p in model.named_parameters():
         torch.testing.assert_close(ours[n], p.grad, atol=1e-5, rtol=1e-4, msg=n)
     model.zero_grad()
+
+
+@pytest.mark.parametrize("start", [1, 3])
+def test_mask_scores_only_masked_positions_with_the_same_values_and_gradients(
+    model: LlamaForCausalLM, start: int
+) -> None:
+    ids, attn = pad_batch(SEQS, 0, "right")
+    g = torch.Generator().manual_seed(1)
+    mask = (torch.rand(ids.shape[0], ids.shape[1] - start, generator=g) < 0.5).float()
+    mask[0, 0] = 1.0  # at least one scored position
+    mask[1, -1] = 1.0  # a masked position on padding is still 0
+    model.zero_grad()
+    full, full_h = token_logprobs(model, ids, attn, start=start, temperature=0.7, with_entropy=True)
+    (full * mask).sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    part, part_h = token_logprobs(
+        model, ids, attn, start=start, temperature=0.7, with_entropy=True, mask=mask
+    )
+    part.sum().backward()
+    keep = mask.bool() & attn[:, start:].bool()
+    assert keep.sum() > 3 and (~keep).sum() > 3
+    torch.testing.assert_close(part[keep], full[keep], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(part_h[keep], full_h[keep], rtol=1e-5, atol=1e-5)
+    assert part[~keep].abs().sum() == 0 and part_h[~keep].abs().sum() == 0
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[name], rtol=1e-4, atol=1e-6, msg=name)
+    model.zero_grad()
+
+
+def test_mask_of_the_wrong_shape_is_refused(model: LlamaForCausalLM) -> None:
+    ids, attn = pad_batch(SEQS, 0, "right")
+    with pytest.raises(ValueError, match="mask must have shape"):
+        token_logprobs(model, ids, attn, mask=torch.ones(ids.shape[0], ids.shape[1]))
+
+
+def test_mask_falls_back_to_full_logits_where_the_head_is_not_plain(model: LlamaForCausalLM) -> None:
+    """A model that rescales its logits (Gemma 2's soft-capping, Cohere's logit_scale, ...) or has no
+    get_decoder runs its own forward: the values are those of the unmasked call."""
+    ids, attn = pad_batch(SEQS, 0, "right")
+    mask = torch.ones(ids.shape[0], ids.shape[1] - 1)
+    with torch.no_grad():
+        want = token_logprobs(model, ids, attn)
+        model.config.final_logit_softcapping = 30.0
+        try:
+            assert lp_mod._decoder_and_head(model) is None
+            got = token_logprobs(model, ids, attn, mask=mask)
+        finally:
+            model.config.final_logit_softcapping = None
+        assert lp_mod._decoder_and_head(model) is not None
+
+    class Wrapper(torch.nn.Module):  # no get_decoder / config: only its forward is known
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kwargs):  # noqa: ANN003, ANN202
+            return self.inner(**kwargs)
+
+    assert lp_mod._decoder_and_head(Wrapper(model)) is None
+    with torch.no_grad():
+        wrapped = token_logprobs(Wrapper(model), ids, attn, mask=mask)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(wrapped, want)

@@ -70,7 +70,8 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
                 span = [rng.choice(words) for _ in range(n)]
                 rows.append([tokenizer.bos_token_id, *span, *span])
             ids = torch.tensor(rows)
-            logits = model(input_ids=ids).logits[:, n:-1]  # predictions of the repeated half
+            # predictions of the repeated half only (positions n .. 2n - 1): the head is most of the cost
+            logits = model(input_ids=ids, logits_to_keep=n + 1).logits[:, :-1]
             targets = ids[:, n + 1 :]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
             optimizer.zero_grad(set_to_none=True)

@@ -148,6 +148,31 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     return bool(cached)
 
 
+# configuration fields of architectures whose logits are not ``lm_head(last_hidden_state)``: for
+# them ``token_logprobs`` always runs the model's own forward
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """The trunk and the output head of a causal LM whose logits are ``head(trunk(...).last_hidden_state)``
+    (Llama, Qwen, Mistral, SmolLM, ... and PEFT wrappers of them), or None when that cannot be relied
+    on: a DistributedDataParallel wrapper (its forward must run for the gradients to be reduced),
+    a model without ``get_decoder``/``get_output_embeddings``, or one that transforms its logits."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if config is None or any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
+        return None
+    try:
+        decoder, head = base.get_decoder(), base.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if decoder is None or decoder is base or not isinstance(head, torch.nn.Linear):
+        return None
+    return decoder, head
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -156,6 +181,7 @@ def token_logprobs(
     temperature: float = 1.0,
     start: int | None = None,
     with_entropy: bool = False,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each token given its prefix: ``out[b, j] = log p_T(input_ids[b, s + j] | prefix)``.
 
@@ -167,6 +193,13 @@ def token_logprobs(
 
     ``with_entropy=True`` also returns the entropy of ``p_T`` at each scored position (same shape,
     detached, 0 at padding): a training diagnostic that costs no extra forward pass.
+
+    ``mask`` ([B, L - s], nonzero where a log-prob is needed, e.g. a loss mask on the policy's tokens)
+    computes the output head only at those positions and returns 0 elsewhere. The head is a
+    vocabulary-sized matrix product per position: where the vocabulary is large next to the model
+    (the tiny policy: 8192 × 128 against ~0.85M multiply-adds per token in its four layers) this is
+    most of a step's time (``benchmarks/masked_logprobs.py``). Architectures whose logits are not a
+    plain head over the last hidden state ignore the mask (full logits, the same values).
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
@@ -177,6 +210,11 @@ def token_logprobs(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     position_ids = position_ids_from_mask(attention_mask)
+    split = _decoder_and_head(model) if mask is not None else None
+    if split is not None:
+        return _masked_logprobs(
+            *split, input_ids, attention_mask, position_ids, s, mask, temperature, with_entropy
+        )
     n_keep = seq_len - s + 1  # logits at positions s-1 .. L-1; the last one predicts nothing
     kwargs: dict[str, Any] = {}
     if _accepts_logits_to_keep(model):
@@ -196,6 +234,36 @@ def token_logprobs(
     if not with_entropy:
         return lp
     return lp, torch.where(keep, entropy_from_logits(logits, temperature), torch.zeros_like(lp))
+
+
+def _masked_logprobs(
+    decoder: torch.nn.Module,
+    head: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    s: int,
+    mask: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` with the head applied only where ``mask`` (and the attention mask) is set."""
+    targets = input_ids[:, s:]
+    if mask.shape != targets.shape:
+        raise ValueError(
+            f"mask must have shape {tuple(targets.shape)} (positions s..L-1), got {tuple(mask.shape)}"
+        )
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state[:, s - 1 : -1]  # the state at t - 1 predicts the token at t
+    keep = mask.bool() & attention_mask[:, s:].bool()
+    logits = head(hidden[keep])  # [N, V]: only the scored positions
+    picked = selective_log_softmax(logits, targets[keep], temperature)
+    lp = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
+    if not with_entropy:
+        return lp
+    entropy = torch.zeros_like(lp).masked_scatter(keep, entropy_from_logits(logits, temperature))
+    return lp, entropy
 
 
 @torch.no_grad()

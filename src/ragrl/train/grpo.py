@@ -206,6 +206,7 @@ class GRPOTrainer(Trainer):
                 temperature=temperature,
                 start=b.start,
                 with_entropy=with_entropy,
+                mask=b.loss_mask,  # the head only on the policy's tokens: nothing else is scored
             )
 
     def _ref_logprobs(self, b: SequenceBatch, temperature: float) -> torch.Tensor:
