@@ -67,6 +67,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/retrieval_throughput.py
 	$(BIN)/python benchmarks/retrieval_recall.py
 	$(BIN)/python benchmarks/rollout_overhead.py
+	$(BIN)/python benchmarks/masked_logprobs.py
 	$(BIN)/python benchmarks/grpo_vs_trl.py
 	$(BIN)/python benchmarks/kl_estimators.py
 	$(BIN)/python benchmarks/demo_learning.py
