@@ -166,31 +166,59 @@ def test_token_logprobs_with_grad_matches_plain_autograd(model: LlamaForCausalLM
     model.zero_grad()
 
 
-@pytest.mark.parametrize("start", [1, 3])
-def test_mask_scores_only_masked_positions_with_the_same_values_and_gradients(
-    model: LlamaForCausalLM, start: int
-) -> None:
-    ids, attn = pad_batch(SEQS, 0, "right")
+def _tiny_llama(tied: bool) -> LlamaForCausalLM:
+    torch.manual_seed(3)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+        intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, pad_token_id=0,
+        eos_token_id=1, bos_token_id=None, tie_word_embeddings=tied,
+    )  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _random_mask(ids: torch.Tensor, start: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     mask = (torch.rand(ids.shape[0], ids.shape[1] - start, generator=g) < 0.5).float()
-    mask[0, 0] = 1.0  # at least one scored position
-    mask[1, -1] = 1.0  # a masked position on padding is still 0
-    model.zero_grad()
+    mask[0, -1] = 1.0  # the longest row's last token
+    mask[1, -1] = 1.0  # a masked position on padding (right-padded) is still 0
+    return mask
+
+
+@pytest.mark.parametrize(
+    ("start", "side", "tied"), [(1, "right", False), (3, "right", True), (1, "left", True)]
+)
+def test_mask_scores_only_masked_positions_with_the_same_values_and_gradients(
+    start: int, side: str, tied: bool
+) -> None:
+    model = _tiny_llama(tied)
+    ids, attn = pad_batch(SEQS, 0, side)  # type: ignore[arg-type]
+    mask = _random_mask(ids, start)
     full, full_h = token_logprobs(model, ids, attn, start=start, temperature=0.7, with_entropy=True)
-    (full * mask).sum().backward()
+    keep = mask.bool() & attn[:, start:].bool()
+    (full * keep).sum().backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
+    calls = []
+    hook = model.lm_head.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
     part, part_h = token_logprobs(
         model, ids, attn, start=start, temperature=0.7, with_entropy=True, mask=mask
     )
+    hook.remove()
+    assert calls == [(int(keep.sum()), 32)]  # the head saw only the kept positions
     part.sum().backward()
-    keep = mask.bool() & attn[:, start:].bool()
     assert keep.sum() > 3 and (~keep).sum() > 3
     torch.testing.assert_close(part[keep], full[keep], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(part_h[keep], full_h[keep], rtol=1e-5, atol=1e-5)
     assert part[~keep].abs().sum() == 0 and part_h[~keep].abs().sum() == 0
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_empty_mask_scores_nothing_and_still_backpropagates(model: LlamaForCausalLM) -> None:
+    ids, attn = pad_batch(SEQS, 0, "right")
+    lp = token_logprobs(model, ids, attn, mask=torch.zeros(ids.shape[0], ids.shape[1] - 1))
+    assert lp.shape == (ids.shape[0], ids.shape[1] - 1) and lp.abs().sum() == 0
+    lp.sum().backward()  # no error: a micro-batch without policy tokens
     model.zero_grad()
 
 
@@ -200,31 +228,56 @@ def test_mask_of_the_wrong_shape_is_refused(model: LlamaForCausalLM) -> None:
         token_logprobs(model, ids, attn, mask=torch.ones(ids.shape[0], ids.shape[1]))
 
 
-def test_mask_falls_back_to_full_logits_where_the_head_is_not_plain(model: LlamaForCausalLM) -> None:
-    """A model that rescales its logits (Gemma 2's soft-capping, Cohere's logit_scale, ...) or has no
-    get_decoder runs its own forward: the values are those of the unmasked call."""
+def test_mask_keeps_the_models_own_logit_transform() -> None:
+    """Gemma 2 soft-caps its logits after the head: the masked path runs the model's own forward, so
+    the soft-capped values come out, equal to the full path's."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        head_dim=16, intermediate_size=64, max_position_embeddings=128, final_logit_softcapping=2.0,
+        initializer_range=0.5, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+    )  # fmt: skip
+    gemma = Gemma2ForCausalLM(cfg).eval()
     ids, attn = pad_batch(SEQS, 0, "right")
-    mask = torch.ones(ids.shape[0], ids.shape[1] - 1)
+    mask = _random_mask(ids, 1)
+    keep = mask.bool() & attn[:, 1:].bool()
+    with torch.no_grad():
+        full = token_logprobs(gemma, ids, attn)
+        part = token_logprobs(gemma, ids, attn, mask=mask)
+        gemma.config.final_logit_softcapping = None
+        uncapped = token_logprobs(gemma, ids, attn)
+    torch.testing.assert_close(part[keep], full[keep], rtol=1e-5, atol=1e-5)
+    assert (uncapped[keep] - full[keep]).abs().max() > 1e-2  # the cap matters at this scale
+
+
+def test_models_without_boolean_logits_to_keep_get_full_logits_zeroed_off_the_mask(
+    model: LlamaForCausalLM,
+) -> None:
+    ids, attn = pad_batch(SEQS, 0, "right")
+    mask = _random_mask(ids, 1)
+    keep = mask.bool() & attn[:, 1:].bool()
     with torch.no_grad():
         want = token_logprobs(model, ids, attn)
-        model.config.final_logit_softcapping = 30.0
-        try:
-            assert lp_mod._decoder_and_head(model) is None
-            got = token_logprobs(model, ids, attn, mask=mask)
-        finally:
-            model.config.final_logit_softcapping = None
-        assert lp_mod._decoder_and_head(model) is not None
 
-    class Wrapper(torch.nn.Module):  # no get_decoder / config: only its forward is known
+    class NoKeep(torch.nn.Module):  # its forward takes no logits_to_keep
         def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, **kwargs):  # noqa: ANN003, ANN202
-            return self.inner(**kwargs)
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=None):  # noqa: ANN001, ANN201
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
 
-    assert lp_mod._decoder_and_head(Wrapper(model)) is None
-    with torch.no_grad():
-        wrapped = token_logprobs(Wrapper(model), ids, attn, mask=mask)
-    torch.testing.assert_close(got, want)
-    torch.testing.assert_close(wrapped, want)
+    class IntOnly(NoKeep):  # takes logits_to_keep but ignores it (returns every position's logits)
+        def forward(
+            self, input_ids, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0
+        ):  # noqa: ANN001, ANN201
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+
+    for wrapper in (NoKeep(model), IntOnly(model)):
+        with torch.no_grad():
+            got = token_logprobs(wrapper, ids, attn, mask=mask)
+        torch.testing.assert_close(got[keep], want[keep])
+        assert got[~keep].abs().sum() == 0
+    assert lp_mod._accepts_boolean_logits_to_keep(wrapper) is False  # remembered: one wasted forward only

@@ -42,6 +42,7 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     import torch
 
     from ragrl.console import progress_bar
+    from ragrl.llm.logprobs import accepts_logits_to_keep
 
     skip = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
     words = sorted(i for t, i in tokenizer.get_vocab().items() if i not in skip and t.strip().isalpha())
@@ -70,8 +71,10 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
                 span = [rng.choice(words) for _ in range(n)]
                 rows.append([tokenizer.bos_token_id, *span, *span])
             ids = torch.tensor(rows)
-            # predictions of the repeated half only (positions n .. 2n - 1): the head is most of the cost
-            logits = model(input_ids=ids, logits_to_keep=n + 1).logits[:, :-1]
+            # predictions of the repeated half (positions n .. 2n - 1); only those go through the head
+            # where the model takes logits_to_keep (the head is most of the cost)
+            keep = {"logits_to_keep": n + 1} if accepts_logits_to_keep(model) else {}
+            logits = model(input_ids=ids, **keep).logits[:, -(n + 1) : -1]
             targets = ids[:, n + 1 :]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
             optimizer.zero_grad(set_to_none=True)

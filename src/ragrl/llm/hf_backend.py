@@ -32,7 +32,7 @@ import torch
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.kv_cache import PrefixCache, new_cache
-from ragrl.llm.logprobs import _accepts_logits_to_keep, pad_batch, position_ids_from_mask
+from ragrl.llm.logprobs import accepts_logits_to_keep, pad_batch, position_ids_from_mask
 
 __all__ = ["TransformersBackend", "resolve_device", "resolve_dtype"]
 
@@ -268,7 +268,7 @@ class TransformersBackend:
         finish: list[tuple[FinishReason, str | int | None] | None] = [None] * n
         active = list(range(n))  # rows of the current (possibly pruned) batch -> sequence index
         can_prune = self.prune_finished
-        extra: dict[str, Any] = {"logits_to_keep": 1} if _accepts_logits_to_keep(self.model) else {}
+        extra: dict[str, Any] = {"logits_to_keep": 1} if accepts_logits_to_keep(self.model) else {}
 
         for step in range(params.max_new_tokens):
             out = self.model(

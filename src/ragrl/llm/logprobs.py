@@ -134,7 +134,8 @@ def selective_log_softmax(
     return _SelectiveLogSoftmax.apply(logits, index.long(), float(temperature))
 
 
-def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (cached on the model)."""
     cached = getattr(model, "_ragrl_logits_to_keep", None)
     if cached is None:
         try:
@@ -148,29 +149,26 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     return bool(cached)
 
 
-# configuration fields of architectures whose logits are not ``lm_head(last_hidden_state)``: for
-# them ``token_logprobs`` always runs the model's own forward
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM inside a DistributedDataParallel and/or PEFT wrapper (whose forwards pass keyword
+    arguments through to it)."""
+    inner = (
+        getattr(model, "module", model)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        else model
+    )
+    return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
-    """The trunk and the output head of a causal LM whose logits are ``head(trunk(...).last_hidden_state)``
-    (Llama, Qwen, Mistral, SmolLM, ... and PEFT wrappers of them), or None when that cannot be relied
-    on: a DistributedDataParallel wrapper (its forward must run for the gradients to be reduced),
-    a model without ``get_decoder``/``get_output_embeddings``, or one that transforms its logits."""
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return None
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = getattr(base, "config", None)
-    if config is None or any(getattr(config, k, None) not in (None, 1, 1.0) for k in _LOGIT_TRANSFORMS):
-        return None
+def _accepts_boolean_logits_to_keep(model: torch.nn.Module) -> bool:
+    """True when ``model``'s forward takes a boolean ``[B, L]`` ``logits_to_keep`` and returns the
+    kept positions' logits flattened to ``[N, V]``: transformers >= 5 (``slice_logits_to_keep``)."""
     try:
-        decoder, head = base.get_decoder(), base.get_output_embeddings()
-    except (AttributeError, NotImplementedError):
-        return None
-    if decoder is None or decoder is base or not isinstance(head, torch.nn.Linear):
-        return None
-    return decoder, head
+        from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
+    except ImportError:
+        return False
+    inner = _unwrapped(model)
+    return getattr(inner, "_ragrl_boolean_logits_to_keep", True) and accepts_logits_to_keep(inner)
 
 
 def token_logprobs(
@@ -195,11 +193,12 @@ def token_logprobs(
     detached, 0 at padding): a training diagnostic that costs no extra forward pass.
 
     ``mask`` ([B, L - s], nonzero where a log-prob is needed, e.g. a loss mask on the policy's tokens)
-    computes the output head only at those positions and returns 0 elsewhere. The head is a
-    vocabulary-sized matrix product per position: where the vocabulary is large next to the model
-    (the tiny policy: 8192 × 128 against ~0.85M multiply-adds per token in its four layers) this is
-    most of a step's time (``benchmarks/masked_logprobs.py``). Architectures whose logits are not a
-    plain head over the last hidden state ignore the mask (full logits, the same values).
+    returns 0 off the mask, and where the model supports it (transformers >= 5: a boolean
+    ``logits_to_keep``, through the model's own forward, so its logit transforms and any DDP or PEFT
+    wrapper still apply) computes the output head only at the masked positions. The head is a
+    vocabulary-sized matrix product per position: where the vocabulary is large next to the model (the
+    tiny policy: 8192 × 128 against ~0.85M multiply-adds per token in its four layers) it is most of a
+    step's time (``benchmarks/masked_logprobs.py``). Other models compute full logits: same values.
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, L], got shape {tuple(input_ids.shape)}")
@@ -210,14 +209,22 @@ def token_logprobs(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     position_ids = position_ids_from_mask(attention_mask)
-    split = _decoder_and_head(model) if mask is not None else None
-    if split is not None:
-        return _masked_logprobs(
-            *split, input_ids, attention_mask, position_ids, s, mask, temperature, with_entropy
-        )
+    keep = attention_mask[:, s:].bool()
+    if mask is not None:
+        if mask.shape != keep.shape:
+            raise ValueError(
+                f"mask must have shape {tuple(keep.shape)} (positions s..L-1), got {tuple(mask.shape)}"
+            )
+        keep = keep & mask.bool()
+        if _accepts_boolean_logits_to_keep(model):
+            masked = _masked_logprobs(
+                model, input_ids, attention_mask, position_ids, s, keep, temperature, with_entropy
+            )
+            if masked is not None:
+                return masked
     n_keep = seq_len - s + 1  # logits at positions s-1 .. L-1; the last one predicts nothing
     kwargs: dict[str, Any] = {}
-    if _accepts_logits_to_keep(model):
+    if accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = n_keep
     out = model(
         input_ids=input_ids,
@@ -229,7 +236,6 @@ def token_logprobs(
     logits = out.logits[:, -n_keep:-1, :]
     targets = input_ids[:, s:]
     lp = selective_log_softmax(logits, targets, temperature)
-    keep = attention_mask[:, s:].bool()
     lp = torch.where(keep, lp, torch.zeros_like(lp))
     if not with_entropy:
         return lp
@@ -237,29 +243,34 @@ def token_logprobs(
 
 
 def _masked_logprobs(
-    decoder: torch.nn.Module,
-    head: torch.nn.Module,
+    model: torch.nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     s: int,
-    mask: torch.Tensor,
+    keep: torch.Tensor,
     temperature: float,
     with_entropy: bool,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``token_logprobs`` with the head applied only where ``mask`` (and the attention mask) is set."""
-    targets = input_ids[:, s:]
-    if mask.shape != targets.shape:
-        raise ValueError(
-            f"mask must have shape {tuple(targets.shape)} (positions s..L-1), got {tuple(mask.shape)}"
-        )
-    hidden = decoder(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state[:, s - 1 : -1]  # the state at t - 1 predicts the token at t
-    keep = mask.bool() & attention_mask[:, s:].bool()
-    logits = head(hidden[keep])  # [N, V]: only the scored positions
-    picked = selective_log_softmax(logits, targets[keep], temperature)
-    lp = torch.zeros(targets.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
+    """``token_logprobs`` with the head only where ``keep`` ([B, L - s]) is set: the logits at
+    position t - 1 score the token at t, so the model keeps positions s - 1 .. L - 2 where ``keep``.
+    None when the model's output is not the ``[N, V]`` this asks for."""
+    positions = torch.zeros_like(input_ids, dtype=torch.bool)
+    positions[:, s - 1 : -1] = keep
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        logits_to_keep=positions,
+    )
+    logits = out.logits  # [N, V], the kept positions in row-major order
+    if logits.dim() != 2 or logits.shape[0] != int(keep.sum()):
+        # a model (remote code, say) that takes the argument but not a boolean mask: full logits from now on
+        _unwrapped(model)._ragrl_boolean_logits_to_keep = False  # type: ignore[attr-defined]
+        return None
+    picked = selective_log_softmax(logits, input_ids[:, s:][keep], temperature)
+    lp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
     if not with_entropy:
         return lp
     entropy = torch.zeros_like(lp).masked_scatter(keep, entropy_from_logits(logits, temperature))
