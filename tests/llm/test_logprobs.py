@@ -179,8 +179,8 @@ def _tiny_llama(tied: bool) -> LlamaForCausalLM:
 def _random_mask(ids: torch.Tensor, start: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     mask = (torch.rand(ids.shape[0], ids.shape[1] - start, generator=g) < 0.5).float()
-    mask[0, -1] = 1.0  # the longest row's last token
-    mask[1, -1] = 1.0  # a masked position on padding (right-padded) is still 0
+    mask[0, -1] = 1.0  # last positions: padding when right-padded (still 0), tokens when left-padded
+    mask[1, -1] = 1.0
     return mask
 
 

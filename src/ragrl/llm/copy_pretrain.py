@@ -63,6 +63,9 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     started = time.perf_counter()
     loss_value, accuracy = float("nan"), 0.0
     n = config.span
+    # only the repeated half goes through the head where the model takes logits_to_keep (the head is
+    # most of the cost)
+    keep = {"logits_to_keep": n + 1} if accepts_logits_to_keep(model) else {}
     with progress_bar() as bar:
         task = bar.add_task("COPY", total=config.steps)
         for _ in range(config.steps):
@@ -71,9 +74,7 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
                 span = [rng.choice(words) for _ in range(n)]
                 rows.append([tokenizer.bos_token_id, *span, *span])
             ids = torch.tensor(rows)
-            # predictions of the repeated half (positions n .. 2n - 1); only those go through the head
-            # where the model takes logits_to_keep (the head is most of the cost)
-            keep = {"logits_to_keep": n + 1} if accepts_logits_to_keep(model) else {}
+            # predictions of the repeated half (positions n .. 2n - 1)
             logits = model(input_ids=ids, **keep).logits[:, -(n + 1) : -1]
             targets = ids[:, n + 1 :]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))

@@ -19,6 +19,7 @@ reported log-probs match this function (tests/llm/test_backends.py checks it wit
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -160,12 +161,21 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-def _accepts_boolean_logits_to_keep(model: torch.nn.Module) -> bool:
-    """True when ``model``'s forward takes a boolean ``[B, L]`` ``logits_to_keep`` and returns the
-    kept positions' logits flattened to ``[N, V]``: transformers >= 5 (``slice_logits_to_keep``)."""
+@functools.cache
+def _transformers_slices_by_mask() -> bool:
+    """transformers >= 5: models slice their hidden states with ``slice_logits_to_keep``, which takes a
+    boolean ``[B, L]`` mask (checked once per process)."""
     try:
         from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
     except ImportError:
+        return False
+    return True
+
+
+def _accepts_boolean_logits_to_keep(model: torch.nn.Module) -> bool:
+    """True when ``model``'s forward takes a boolean ``[B, L]`` ``logits_to_keep`` and returns the
+    kept positions' logits flattened to ``[N, V]``."""
+    if not _transformers_slices_by_mask():
         return False
     inner = _unwrapped(model)
     return getattr(inner, "_ragrl_boolean_logits_to_keep", True) and accepts_logits_to_keep(inner)
