@@ -56,6 +56,7 @@ quickstart: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports --no-cache  # the layers and no-circles contracts in pyproject.toml
 
 test: lint
 	$(BIN)/python -m pytest -q

@@ -30,10 +30,10 @@ from tiny_setup import open_workdir, warm_start_then_grpo
 
 from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
-from ragrl.data.synth import generate_world
 from ragrl.eval.runner import evaluate
 from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
-from ragrl.methods import load_method
+from ragrl.methods import load_method, vocabulary_texts
+from ragrl.synth import generate_world
 from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
@@ -59,7 +59,9 @@ def run(
         generate_world(seed, "small").write(data)
     model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
     if not (model_dir / "config.json").is_file():
-        create_tiny_policy(data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps))
+        create_tiny_policy(
+            data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
+        )
     train, _ = attach_reference_ids(read_examples(data / "train.jsonl")[0])
     test, _ = attach_reference_ids(read_examples(data / "test.jsonl")[0])
     out = workdir / f"{name}-{seed}"

@@ -17,7 +17,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
+from ragrl.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.train.demo import DEFAULT_COPY_STEPS, run_demo
 
 

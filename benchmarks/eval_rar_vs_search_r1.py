@@ -39,15 +39,15 @@ from pathlib import Path
 from tiny_setup import open_workdir, warm_start_then_grpo
 
 from ragrl.data.io import read_corpus, read_examples
-from ragrl.data.synth import generate_world
-from ragrl.data.synth.demonstrators import OracleDemonstrator
-from ragrl.data.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.eval.runner import evaluate
 from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
-from ragrl.methods import load_method
+from ragrl.methods import load_method, vocabulary_texts
 from ragrl.metrics.normalize import normalize
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.synth import generate_world
+from ragrl.synth.demonstrators import OracleDemonstrator
+from ragrl.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
@@ -113,7 +113,9 @@ def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
         BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
     model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
     if not (model_dir / "config.json").is_file():
-        create_tiny_policy(data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps))
+        create_tiny_policy(
+            data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
+        )
     return data, index, model_dir
 
 

@@ -9,8 +9,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.synth import generate_world
 from ragrl.llm.tiny import TinyConfig, create_tiny_policy
+from ragrl.methods import vocabulary_texts
+from ragrl.synth import generate_world
 
 
 def add_model_args(ap: argparse.ArgumentParser) -> None:
@@ -39,7 +40,7 @@ def world_and_policy(workdir: Path, hidden: int, layers: int) -> tuple[Path, Pat
         generate_world(0, "small").write(data)
     if not (model / "config.json").is_file():
         config = TinyConfig(hidden=hidden, layers=layers, heads=max(2, hidden // 32), intermediate=3 * hidden)
-        create_tiny_policy(data, model, seed=0, config=config)
+        create_tiny_policy(data, model, seed=0, config=config, extra_texts=vocabulary_texts())
     return data, model
 
 

@@ -11,14 +11,14 @@ from typing import Annotated
 
 import typer
 
+from ragrl.commands.data import app as data_app
+from ragrl.commands.eval import eval_command, reward_command
+from ragrl.commands.model import app as model_app
+from ragrl.commands.retrieval import index, search, serve
+from ragrl.commands.score import score
+from ragrl.commands.train import demo, sft, train
 from ragrl.console import console, quiet_libraries
-from ragrl.data.cli import app as data_app
 from ragrl.errors import RagrlError
-from ragrl.eval.cli import eval_command, reward_command
-from ragrl.llm.cli import app as model_app
-from ragrl.metrics.cli import score
-from ragrl.retrieval.cli import index, search, serve
-from ragrl.train.cli import demo, sft, train
 
 app = typer.Typer(
     name="ragrl",

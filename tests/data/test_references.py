@@ -204,7 +204,7 @@ def test_attach_copies_and_recomputes(tmp_path):
 
 
 def test_synthetic_world(tmp_path):
-    from ragrl.data.synth import generate_world
+    from ragrl.synth import generate_world
 
     generate_world(3, "small").write(tmp_path)  # the same world as the world_dir fixture, without its model
     examples, _ = read_examples(tmp_path / "train.jsonl")

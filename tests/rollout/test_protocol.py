@@ -11,12 +11,10 @@ from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutConfig, RolloutEngine
 from ragrl.rollout.protocol import (
     Protocol,
-    encode_messages,
     find_spans,
     first_span,
     last_span,
     last_span_of,
-    render_plain,
     squash_ws,
     strip_tags,
 )
@@ -63,19 +61,6 @@ def test_last_span_of_picks_the_latest_closing_tag():
 def test_small_helpers():
     assert strip_tags("<a>x</a> <b>y</b>", ("a",)) == "x <b>y</b>"
     assert squash_ws("  a \n\t b  ") == "a b"
-    assert render_plain([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]) == "S\n\nU"
-
-
-def test_encode_messages_with_and_without_chat_template():
-    msgs = [{"role": "user", "content": "look up France"}]
-    plain = tokenizer()
-    assert encode_messages(msgs, plain) == plain.encode("look up France")
-    chat = tokenizer(
-        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
-        "{% if add_generation_prompt %}[assistant] {% endif %}"
-    )
-    ids = encode_messages(msgs, chat)
-    assert chat.decode(ids) == "[user] look up France\n[assistant] "
 
 
 def test_protocol_is_abstract():

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from ragrl.data.io import read_examples
-from ragrl.data.synth.demonstrators import OracleDemonstrator
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
 from ragrl.retrieval import load_retriever
+from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.train.augment import NameSwap, name_words
 from ragrl.train.setup import load_policy
 from ragrl.train.sft import SFTTrainer, demonstration_trajectories

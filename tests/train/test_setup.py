@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ragrl.errors import RagrlError
-from ragrl.train.config import OptimConfig
+from ragrl.methods.train_config import OptimConfig
 from ragrl.train.setup import MetricsLog, TrainingDiverged, make_optimizer, peak_memory_mb
 
 pytest.importorskip("transformers")

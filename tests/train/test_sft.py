@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ragrl.data.io import read_examples
-from ragrl.data.synth.demonstrators import OracleDemonstrator
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import load_method
 from ragrl.retrieval.base import load_retriever
+from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.train.batch import sequence_batch
 from ragrl.train.setup import load_policy
 from ragrl.train.sft import SFTTrainer, demonstration_trajectories

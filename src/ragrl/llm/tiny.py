@@ -134,32 +134,6 @@ def _word_pre_tokenizer() -> Any:
     return tk.pre_tokenizers.Split(tk.Regex(WORD_PATTERN), behavior="isolated")
 
 
-def method_prompt_texts() -> list[str]:
-    """Every string in the packaged method configs (prompt templates, observation and corrective
-    texts) and each method protocol's built-in wording (``Protocol.fixed_texts``), so a word-level
-    vocabulary knows the words of every method's prompt."""
-    from omegaconf import OmegaConf
-
-    from ragrl.methods import available_methods, load_method, load_method_config
-
-    texts: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, str):
-            texts.append(node)
-        elif isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    for name in available_methods():
-        walk(OmegaConf.to_container(load_method_config(name)))
-        texts.extend(load_method(name).protocol.fixed_texts())
-    return texts
-
-
 def _train_word(texts: Iterable[str], vocab_size: int, reserved: int) -> Any:
     """A word-level vocabulary in which every word comes in both forms, bare (``Who`` at the start of
     a text or after a tag) and with its leading space (`` Who`` inside a sentence), so a word the
@@ -231,11 +205,7 @@ def train_tokenizer(
         raise RagrlError(f"vocab_size {vocab_size} is too small for a {kind} tokenizer with {len(tags)} tags")
 
     def all_texts() -> Iterator[str]:
-        from ragrl.data.synth.demonstrators import demonstrator_texts
-
         yield _INSTRUCTION_TEXT
-        yield from method_prompt_texts()
-        yield from demonstrator_texts()  # what a warm start on demonstrations will teach it to write
         yield from texts
 
     train = _train_word if kind == "word" else _train_bpe

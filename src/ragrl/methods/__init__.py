@@ -116,7 +116,8 @@ class Method:
     reward: Any
     """A ``ragrl.rewards.CompositeReward``."""
     train: Any = None
-    """A ``ragrl.train.config.TrainConfig`` (the config's ``train:`` section)."""
+    """A ``ragrl.methods.train_config.TrainConfig`` (the config's ``train:`` section), validated when the
+    method loads."""
     diagnostics: Any = None
     """Optional ``fn(trajectory, example) -> {name: float}``: method-specific per-trajectory measurements
     (for example ARENA's citation audit). Evaluation reports their means (and keeps them per row); the
@@ -125,7 +126,7 @@ class Method:
     oracle: Any = None
     """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this
     method's protocol, for SFT warm starts (``ragrl sft --demos oracle``); None: the synthetic world's
-    search oracle (``ragrl.data.synth.demonstrators.OracleDemonstrator``)."""
+    search oracle (``ragrl.synth.demonstrators.OracleDemonstrator``)."""
 
     prepare: Any = None
     """Optional ``fn(examples, where) -> examples`` applied to every question set the method is trained
@@ -143,12 +144,49 @@ class Method:
         return {k: float(v) for k, v in self.diagnostics(trajectory, example).items()}
 
 
+def import_all_methods() -> None:
+    """Import every method module of ``ragrl.methods``: importing one registers its reward components
+    (and anything else it registers), so every name is known before a config is checked."""
+    import pkgutil
+
+    for info in pkgutil.iter_modules(__path__):
+        if info.name != "train_config":
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def vocabulary_texts() -> list[str]:
+    """The words a policy trained here must be able to write and read, for a tokenizer trained from
+    scratch (``ragrl.llm.tiny.create_tiny_policy(..., extra_texts=vocabulary_texts())``): every string
+    in the packaged method configs (prompt templates, observation and corrective texts), each method
+    protocol's built-in wording (``Protocol.fixed_texts``), and the phrases the synthetic world's
+    demonstrators write (what a warm start on demonstrations teaches)."""
+    from ragrl.synth.demonstrators import demonstrator_texts
+
+    texts: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            texts.append(node)
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for name in available_methods():
+        walk(OmegaConf.to_container(load_method_config(name)))
+        texts.extend(load_method(name).protocol.fixed_texts())
+    return [*texts, *demonstrator_texts()]
+
+
 def load_method(
     name_or_path: str | Path, overrides: Sequence[str] | Mapping[str, Any] | None = None
 ) -> Method:
     """Load a method from its packaged name or a YAML path (its ``method:`` key names the module
     ``ragrl.methods.<method>``, which provides ``build_method(cfg) -> Method``)."""
     cfg = load_method_config(name_or_path, overrides)
+    import_all_methods()  # a config may use any method's registered rewards, advantages or filters
     name = cfg.get("method")
     if not isinstance(name, str) or not name.isidentifier():
         raise RagrlError(f"{name_or_path}: the config needs a 'method:' key naming a ragrl method")
@@ -161,14 +199,19 @@ def load_method(
     build = getattr(module, "build_method", None)
     if build is None:
         raise RagrlError(f"ragrl.methods.{name} has no build_method(cfg)")
-    return build(cfg)
+    method = build(cfg)
+    if method.train is not None:
+        method.train.validate()  # every name and value, before anything is loaded
+    return method
 
 
 __all__ = [
     "Method",
     "apply_overrides",
     "available_methods",
+    "import_all_methods",
     "load_method",
     "load_method_config",
     "to_dataclass",
+    "vocabulary_texts",
 ]

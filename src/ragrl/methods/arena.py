@@ -68,6 +68,7 @@ from ragrl.data.references import GOLD_REFERENCE_KEY
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.methods.train_config import TrainConfig
 from ragrl.metrics.answer import exact_match, f1
 from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
@@ -75,7 +76,6 @@ from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.trajectory import Action, Trajectory
-from ragrl.train.config import TrainConfig
 
 # -- 1. the prompt ----------------------------------------------------------------------------------
 

@@ -40,11 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.data.schema import Example
-from ragrl.data.synth.demonstrators import (
-    SEARCH_CLOSE,
-    EvaluationPhrases,
-    OracleDemonstrator,
-)
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.search_r1 import (
@@ -59,6 +54,11 @@ from ragrl.metrics.normalize import normalize
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.trajectory import Trajectory
+from ragrl.synth.demonstrators import (
+    SEARCH_CLOSE,
+    EvaluationPhrases,
+    OracleDemonstrator,
+)
 
 EVAL_RAR_PROMPT = (
     "Answer the question below; you can call a search engine as many times as you need. Reason inside "

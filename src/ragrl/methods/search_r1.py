@@ -33,13 +33,13 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.methods.train_config import TrainConfig
 from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
 from ragrl.rollout.protocol import Protocol, find_spans, first_span, last_span_of, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
-from ragrl.train.config import TrainConfig
 
 DEFAULT_USER = (
     "Answer the question below. Reason step by step inside <think> and </think>. Whenever you are missing "

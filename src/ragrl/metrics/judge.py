@@ -363,7 +363,7 @@ class LocalJudge:
     def complete_batch(self, batch: Sequence[list[dict[str, str]]]) -> list[str]:
         """One greedy reply per message list, in order."""
         from ragrl.llm.backend import SamplingParams
-        from ragrl.rollout.protocol import encode_messages
+        from ragrl.llm.chat import encode_messages
 
         tokenizer = self.backend.tokenizer
         prompts = [encode_messages(list(messages), tokenizer) for messages in batch]

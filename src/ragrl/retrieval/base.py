@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from ragrl.data.io import read_corpus, write_corpus
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 MANIFEST_NAME = "retriever.json"
 CORPUS_NAME = "corpus.jsonl"
@@ -143,6 +144,12 @@ def load_corpus(directory: str | Path) -> list[Passage]:
     return passages
 
 
+INDEX_TYPES: Registry[Any] = Registry("retriever type")
+register_index_type = INDEX_TYPES.register
+"""Register a retriever class (with ``load(directory, **options)``) under the ``type`` its index
+manifests carry; ``ragrl.retrieval`` registers bm25, dense and hybrid when it is imported."""
+
+
 def load_retriever(directory: str | Path, **options: Any) -> Retriever:
     """Load any index directory written by ``save``.
 
@@ -152,17 +159,12 @@ def load_retriever(directory: str | Path, **options: Any) -> Retriever:
     """
     manifest = read_manifest(directory)
     kind = manifest["type"]
-    if kind == "bm25":
-        from ragrl.retrieval.bm25 import BM25Retriever as cls
-    elif kind == "dense":
-        from ragrl.retrieval.dense import DenseRetriever as cls
-    elif kind == "hybrid":
-        from ragrl.retrieval.hybrid import HybridRetriever as cls
-    else:
+    if kind not in INDEX_TYPES:
         raise RagrlError(
             f"{Path(directory) / MANIFEST_NAME}: unknown retriever type {kind!r} "
-            "(expected bm25, dense or hybrid)"
+            f"(expected {', '.join(INDEX_TYPES.names())})"
         )
+    cls = INDEX_TYPES[kind]
     accepted = inspect.signature(cls.load).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
         options = {k: v for k, v in options.items() if k in accepted}

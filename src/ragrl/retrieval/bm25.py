@@ -27,6 +27,7 @@ from ragrl.retrieval.base import (
     load_corpus,
     make_fingerprint,
     read_manifest,
+    register_index_type,
     require_files,
     save_corpus,
     write_manifest,
@@ -45,6 +46,7 @@ def _make_stemmer(enabled: bool, language: str = "english"):
     return Stemmer.Stemmer(language)
 
 
+@register_index_type("bm25")
 class BM25Retriever:
     """Sparse retrieval over ``title + "\\n" + text`` with bm25s.
 

@@ -29,6 +29,7 @@ from ragrl.retrieval.base import (
     load_corpus,
     make_fingerprint,
     read_manifest,
+    register_index_type,
     require_files,
     save_corpus,
     write_manifest,
@@ -93,6 +94,7 @@ def encoder_dim(encoder: Any) -> int | None:
     return fn()
 
 
+@register_index_type("dense")
 class DenseRetriever:
     kind = "dense"
 

@@ -17,8 +17,10 @@ from ragrl.retrieval.base import (
     Hit,
     Retriever,
     check_k,
+    load_retriever,
     make_fingerprint,
     read_manifest,
+    register_index_type,
     write_manifest,
 )
 
@@ -40,6 +42,7 @@ def rrf_fuse(runs: list[list[Hit]], k: int, rrf_k: float = 60.0) -> list[Hit]:
     return [Hit(entry[2], entry[0]) for _, entry in ordered[:k]]
 
 
+@register_index_type("hybrid")
 class HybridRetriever:
     kind = "hybrid"
 
@@ -92,8 +95,6 @@ class HybridRetriever:
     @classmethod
     def load(cls, directory: str | Path, **options: Any) -> HybridRetriever:
         """Load both components; ``options`` go to each component's loader that accepts them."""
-        from ragrl.retrieval.base import load_retriever
-
         d = Path(directory)
         manifest = read_manifest(d)
         if manifest["type"] != cls.kind:

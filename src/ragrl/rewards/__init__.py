@@ -1,5 +1,10 @@
-"""Rewards: a registry of named components and their weighted composition (``build_reward``)."""
+"""Rewards: a registry of named components and their weighted composition (``build_reward``).
 
+Importing the package registers the shared answer rewards (``ragrl.rewards.answer``); a method's own
+components are registered by its module.
+"""
+
+import ragrl.rewards.answer  # noqa: F401  (registers em, f1, cover_em, substring, answered)
 from ragrl.rewards.registry import (
     CompositeReward,
     RewardComponent,

@@ -46,32 +46,14 @@ register_reward = REWARDS.register
 
 
 def get_reward(name: str) -> RewardFn:
-    _load_builtin_rewards()
     return REWARDS.get(name)
 
 
 def reward_names() -> list[str]:
-    _load_builtin_rewards()
+    """The registered components: the shared ones (``ragrl.rewards.answer``, registered when
+    ``ragrl.rewards`` is imported) and those of every method module imported so far
+    (``ragrl.methods.load_method`` imports them all)."""
     return REWARDS.names()
-
-
-_loaded = False
-
-
-def _load_builtin_rewards() -> None:
-    """Import the shared reward module and every method module: importing registers their components."""
-    global _loaded
-    if _loaded:
-        return
-    import importlib
-    import pkgutil
-
-    import ragrl.methods
-    import ragrl.rewards.answer  # noqa: F401
-
-    for info in pkgutil.iter_modules(ragrl.methods.__path__):
-        importlib.import_module(f"ragrl.methods.{info.name}")
-    _loaded = True
 
 
 @dataclass(frozen=True)

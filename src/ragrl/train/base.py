@@ -25,8 +25,8 @@ from ragrl.errors import RagrlError
 from ragrl.eval.runner import evaluate
 from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.methods import Method
+from ragrl.methods.train_config import TrainConfig
 from ragrl.retrieval.base import Retriever
-from ragrl.train.config import TrainConfig
 from ragrl.train.setup import (
     MetricsLog,
     TrainingDiverged,

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.console import console
-from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.errors import RagrlError
-from ragrl.methods import load_method
-from ragrl.train.config import resolved_config_yaml
+from ragrl.methods import load_method, vocabulary_texts
+from ragrl.methods.train_config import resolved_config_yaml
+from ragrl.synth.world import DEFAULT_SPLIT_MODE
 
 DEMO_CONFIG = "search_r1-tiny"
 DEFAULT_COPY_STEPS = 200
@@ -62,13 +62,13 @@ def run_demo(
     """Run the whole demo into ``out``; returns the summary (also written to ``summary.json``)."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_corpus, read_examples
-    from ragrl.data.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
-    from ragrl.data.synth.generate import generate_world
     from ragrl.eval.runner import evaluate
     from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
     from ragrl.retrieval.bm25 import BM25Retriever
     from ragrl.retrieval.null import NullRetriever
     from ragrl.rollout.scripted import DemonstratorBackend
+    from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+    from ragrl.synth.generate import generate_world
     from ragrl.train.grpo import GRPOTrainer
     from ragrl.train.report import write_report
     from ragrl.train.setup import load_policy, make_accelerator, peak_memory_mb
@@ -94,7 +94,10 @@ def run_demo(
 
     # 2. the tiny policy, pre-trained to copy
     console.print(f"demo: tiny policy, {copy_steps} steps of copy pre-training")
-    create_tiny_policy(world_dir, out / "tiny-policy", seed=seed, copy=CopyPretraining(steps=copy_steps))
+    create_tiny_policy(
+        world_dir, out / "tiny-policy", seed=seed, copy=CopyPretraining(steps=copy_steps),
+        extra_texts=vocabulary_texts(),
+    )  # fmt: skip
 
     base = [
         f"train.seed={seed}",

@@ -35,12 +35,12 @@ from ragrl.errors import RagrlError
 from ragrl.eval.runner import rollout_stats
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
+from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext
 from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.base import Trainer, load_examples
 from ragrl.train.batch import SequenceBatch, sequence_batch
-from ragrl.train.config import TrainConfig
 
 
 def step_seed(seed: int, step: int) -> int:

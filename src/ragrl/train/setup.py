@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ragrl.errors import RagrlError
-from ragrl.train.config import ModelConfig, OptimConfig, TrainConfig
+from ragrl.methods.train_config import ModelConfig, OptimConfig, TrainConfig
 
 
 class TrainingDiverged(RagrlError):

@@ -23,13 +23,13 @@ from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
+from ragrl.methods.train_config import TrainConfig
 from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.scripted import DemonstratorBackend
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.augment import NameSwap
 from ragrl.train.base import Trainer
 from ragrl.train.batch import sequence_batch
-from ragrl.train.config import TrainConfig
 
 
 def demonstration_trajectories(

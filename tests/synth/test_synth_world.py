@@ -8,10 +8,10 @@ from collections import Counter, defaultdict
 import pytest
 
 from ragrl.data.schema import Example
-from ragrl.data.synth import UNANSWERABLE_ANSWER, fairness_report, generate_world
-from ragrl.data.synth.fairness import fact_overlap, seed_entity_overlap
-from ragrl.data.synth.world import SHARED_POOL
 from ragrl.errors import RagrlError
+from ragrl.synth import UNANSWERABLE_ANSWER, fairness_report, generate_world
+from ragrl.synth.fairness import fact_overlap, seed_entity_overlap
+from ragrl.synth.world import SHARED_POOL
 
 
 @pytest.fixture(scope="module", params=["facts", "entities"])

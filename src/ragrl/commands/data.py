@@ -11,7 +11,7 @@ from ragrl.console import console
 from ragrl.data.convert import convert as convert_dataset
 from ragrl.data.loaders import FORMATS, load_dataset
 from ragrl.data.stats import compute_stats, print_stats
-from ragrl.data.synth.world import DEFAULT_CROSS_LINKS, DEFAULT_SPLIT_MODE
+from ragrl.synth.world import DEFAULT_CROSS_LINKS, DEFAULT_SPLIT_MODE
 
 app = typer.Typer(help="Convert, inspect and generate datasets.", no_args_is_help=True)
 
@@ -78,7 +78,7 @@ def synth(
 ) -> None:
     """Generate the synthetic multi-hop world: DIR/{train,dev,test}.jsonl, corpus.jsonl, world.json,
     stats.json (see docs/synth.md)."""
-    from ragrl.data.synth import generate_world
+    from ragrl.synth import generate_world
 
     world = generate_world(
         seed, size, split=split, cross_links=cross_links, unanswerable_fraction=unanswerable

@@ -15,7 +15,7 @@ import random
 import re
 
 from ragrl.data.schema import Passage
-from ragrl.data.synth.world import EntityStore
+from ragrl.synth.world import EntityStore
 
 PERSON_TEMPLATES = (
     "{name} (born {year}) is a {occupation} from {city}. {surname} works for {company}.",

@@ -29,7 +29,7 @@ def _load_examples(path: Path, n: int | None):
 
 
 def _demonstrator(name: str, data: Path, world: Path | None):
-    from ragrl.data.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+    from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
 
     if name == "oracle":
         return OracleDemonstrator()

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ragrl.data.schema import Example
 from ragrl.data.stats import compute_stats
 from ragrl.metrics import exact_match, normalize
-
-if TYPE_CHECKING:
-    from ragrl.data.synth.generate import SynthWorld
+from ragrl.synth.synth_world import SynthWorld
 
 _FIXED = {"yes", "no", "unknown"}
 

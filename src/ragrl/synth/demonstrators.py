@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragrl.data.schema import Example, Passage
-from ragrl.data.synth.questions import UNANSWERABLE_ANSWER
+from ragrl.synth.questions import UNANSWERABLE_ANSWER
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"

@@ -7,9 +7,10 @@ a share of unanswerable questions whose evidence was removed from the corpus. ``
 scripted Search-R1-format policies (an oracle and a heuristic) to drive the rollout engine.
 """
 
-from ragrl.data.synth.fairness import fairness_report
-from ragrl.data.synth.generate import SynthWorld, generate_world
-from ragrl.data.synth.questions import UNANSWERABLE_ANSWER
-from ragrl.data.synth.world import SIZES, SPLITS
+from ragrl.synth.fairness import fairness_report
+from ragrl.synth.generate import generate_world
+from ragrl.synth.questions import UNANSWERABLE_ANSWER
+from ragrl.synth.synth_world import SynthWorld
+from ragrl.synth.world import SIZES, SPLITS
 
 __all__ = ["SIZES", "SPLITS", "UNANSWERABLE_ANSWER", "SynthWorld", "fairness_report", "generate_world"]

@@ -8,7 +8,7 @@ import pytest
 
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
-from ragrl.train.config import TrainConfig
+from ragrl.methods.train_config import TrainConfig
 
 
 def test_defaults_validate() -> None:
@@ -83,10 +83,33 @@ def test_overrides_reach_the_train_config() -> None:
     assert isinstance(m.train.optim.lr, float)
     assert m.train.grpo.ppo_epochs == 2
     assert m.rollout.n == 4
-    # loading checks keys and types; validate() checks the values
-    m = load_method("search_r1-tiny", ["train.grpo.minibatches=3"])
+    # loading checks keys, types and values (validate() runs inside load_method)
     with pytest.raises(RagrlError, match="train.grpo.minibatches"):
-        m.train.validate()
+        load_method("search_r1-tiny", ["train.grpo.minibatches=3"])
+
+
+@pytest.mark.parametrize(
+    "override, key, name",
+    [
+        ("train.grpo.advantage=grpoo", "train.grpo.advantage", "advantage 'grpoo'"),
+        ("train.grpo.kl=k4", "train.grpo.kl", "KL estimator 'k4'"),
+        ("train.grpo.loss_agg=tokenmean", "train.grpo.loss_agg", "aggregation 'tokenmean'"),
+        ("train.grpo.group_filter=drop_zero", "train.grpo.group_filter", "group filter 'drop_zero'"),
+    ],
+)
+def test_a_misspelt_registry_name_fails_when_the_config_loads(override, key, name) -> None:
+    """Before any model is loaded, with the key, the bad name and the registered ones."""
+    with pytest.raises(RagrlError, match=rf"{key}: unknown {name}; registered: .+") as e:
+        load_method("search_r1-tiny", [override])
+    assert "registered:" in str(e.value) and str(e.value).count(",") >= 1
+
+
+@pytest.mark.parametrize(
+    "override", ["train.grpo.clip_low=-1", "train.grpo.clip_low=1.0", "train.grpo.clip_high=-0.1"]
+)
+def test_clip_ranges_that_cannot_clip_are_refused(override) -> None:
+    with pytest.raises(RagrlError, match="train.grpo.clip_low must be in"):
+        load_method("search_r1-tiny", [override])
 
 
 def test_unknown_key_is_an_error_naming_it() -> None:

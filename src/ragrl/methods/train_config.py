@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS
 from ragrl.errors import RagrlError
+from ragrl.registry import Registry
 
 
 @dataclass
@@ -129,7 +131,21 @@ class TrainConfig:
     """The watchdog: stop with a clear message on a NaN / inf loss or gradient."""
 
     def validate(self) -> None:
+        """Check every value and every registry name; ``load_method`` calls it, so a typo fails when the
+        config loads, before any model or data is read. Errors name the key."""
         g = self.grpo
+        for key, name, registry in (
+            ("train.grpo.advantage", g.advantage, ADVANTAGES),
+            ("train.grpo.kl", g.kl, KL_ESTIMATORS),
+            ("train.grpo.loss_agg", g.loss_agg, AGGREGATIONS),
+            ("train.grpo.group_filter", g.group_filter, FILTERS),
+        ):
+            _check_name(key, name, registry)
+        if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:
+            raise RagrlError(
+                f"train.grpo.clip_low must be in [0, 1) and train.grpo.clip_high >= 0, got "
+                f"{g.clip_low} and {g.clip_high}"
+            )
         for name, value in (
             ("train.steps", self.steps),
             ("train.grpo.prompts_per_step", g.prompts_per_step),
@@ -170,6 +186,13 @@ class TrainConfig:
             raise RagrlError(
                 f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"
             )
+
+
+def _check_name(key: str, name: str, registry: Registry) -> None:
+    if name not in registry:
+        raise RagrlError(
+            f"{key}: unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}"
+        )
 
 
 def resolved_config_yaml(method: Any) -> str:

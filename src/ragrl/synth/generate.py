@@ -7,18 +7,17 @@ dict is sorted before it is sampled from, so the same seed gives byte-identical 
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ragrl.data.io import write_corpus, write_examples
 from ragrl.data.schema import Example, Passage
-from ragrl.data.synth.passages import build_passages
-from ragrl.data.synth.questions import UNANSWERABLE_ANSWER, Draft, draft_questions
-from ragrl.data.synth.world import (
+from ragrl.errors import RagrlError
+from ragrl.synth.fairness import world_stats
+from ragrl.synth.passages import build_passages
+from ragrl.synth.questions import UNANSWERABLE_ANSWER, Draft, draft_questions
+from ragrl.synth.synth_world import SynthWorld
+from ragrl.synth.world import (
     DEFAULT_CROSS_LINKS,
     DEFAULT_SPLIT_MODE,
     SHARED_POOL,
@@ -28,74 +27,9 @@ from ragrl.data.synth.world import (
     EntityStore,
     build_entities,
 )
-from ragrl.errors import RagrlError
 
 DEFAULT_UNANSWERABLE_FRACTION = 0.1
 DEFAULT_GIVEN_PASSAGES = (8, 10)
-
-
-@dataclass
-class SynthWorld:
-    seed: int
-    size: str
-    store: EntityStore
-    passages: dict[str, Passage]  # entity id -> its passage
-    splits: dict[str, list[Example]]
-    corpus: list[Passage]  # every passage except the removed ones
-    removed_ids: list[str]
-    split: str = DEFAULT_SPLIT_MODE
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def entities(self) -> list[Entity]:
-        return list(self.store)
-
-    def entity_by_name(self, name: str) -> Entity:
-        for e in self.store:
-            if e.name == name:
-                return e
-        raise KeyError(name)
-
-    def to_json(self) -> dict[str, Any]:
-        """Entities, relations (as triples) and the removed passages: ``world.json``."""
-        triples = []
-        for e in self.store:
-            for rel, target in e.rels.items():
-                triples.append([e.id, rel, target])
-            for fact, value in e.facts.items():
-                if fact.endswith("_year"):
-                    triples.append([e.id, fact, value])
-        return {
-            "seed": self.seed,
-            "size": self.size,
-            "split": self.split,
-            "entities": [e.to_dict() for e in self.store],
-            "relations": triples,
-            "removed_passage_ids": list(self.removed_ids),
-        }
-
-    def write(self, out: str | Path) -> dict[str, Path]:
-        """Write the split files, ``corpus.jsonl``, ``world.json`` and ``stats.json`` under ``out``."""
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for split, examples in self.splits.items():
-            paths[split] = out / f"{split}.jsonl"
-            write_examples(paths[split], examples)
-        paths["corpus"] = out / "corpus.jsonl"
-        write_corpus(paths["corpus"], self.corpus)
-        for name, obj in (("world", self.to_json()), ("stats", self.stats)):
-            paths[name] = out / f"{name}.json"
-            text = json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=False) + "\n"
-            _write_text(paths[name], text)
-        return paths
-
-
-def _write_text(path: Path, text: str) -> None:
-    # written to a temp file and renamed, so a reader never sees half a file
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _split_counts(size: str, fraction: float) -> dict[str, tuple[int, int]]:
@@ -180,7 +114,7 @@ def generate_world(
 ) -> SynthWorld:
     """The synthetic multi-hop world for ``seed``: entities, corpus and train/dev/test questions.
     ``split``: ``facts`` (held-out questions need facts no training question needs; names are shared)
-    or ``entities`` (no shared person, company, work or city); see ``ragrl.data.synth.world``."""
+    or ``entities`` (no shared person, company, work or city); see ``ragrl.synth.world``."""
     mode = split  # the name ``split`` is the loop variable below
     counts = _split_counts(size, unanswerable_fraction)
     store = build_entities(seed, size, counts, mode, cross_links)
@@ -244,7 +178,5 @@ def generate_world(
     corpus = [p for p in passages.values() if p.id not in removed]
     random.Random(f"ragrl-synth:{seed}:corpus").shuffle(corpus)
     world = SynthWorld(seed, size, store, passages, splits, corpus, sorted(removed), split=mode)
-    from ragrl.data.synth.fairness import world_stats
-
     world.stats = world_stats(world)
     return world

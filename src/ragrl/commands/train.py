@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from ragrl.console import console
-from ragrl.data.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.errors import RagrlError
+from ragrl.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 SetOption = Annotated[
@@ -33,7 +33,7 @@ def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: 
 
 
 def _start_run_dir(method, resume: str | None) -> Path:  # noqa: ANN001
-    from ragrl.train.config import resolved_config_yaml
+    from ragrl.methods.train_config import resolved_config_yaml
 
     run_dir = Path(method.train.out)
     if resume is None and (run_dir / "metrics.jsonl").exists():
@@ -93,7 +93,7 @@ def sft(
     model, tokenizer = load_policy(cfg.model, accelerator.device)
     retriever = load_index(cfg)
     if demos in ("oracle", "heuristic"):
-        from ragrl.data.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+        from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
 
         if not cfg.data.train:
             raise RagrlError("--demos oracle|heuristic plays the demonstrator on train.data.train: set it")

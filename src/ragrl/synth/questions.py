@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ragrl.data.schema import SubQuestion
-from ragrl.data.synth.templates import (
+from ragrl.synth.templates import (
     BRIDGE_TEMPLATES,
     COMPARISON_TEMPLATES,
     CREATOR_QUESTIONS,
@@ -34,7 +34,7 @@ from ragrl.data.synth.templates import (
     ComparisonTemplate,
     template_weights,
 )
-from ragrl.data.synth.world import SHARED_POOL, Entity, EntityStore, apportion
+from ragrl.synth.world import SHARED_POOL, Entity, EntityStore, apportion
 
 
 @dataclass

@@ -8,8 +8,10 @@ import re
 import pytest
 
 from ragrl.data.schema import Passage
-from ragrl.data.synth import UNANSWERABLE_ANSWER, generate_world
-from ragrl.data.synth.demonstrators import (
+from ragrl.metrics import exact_match
+from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.synth import UNANSWERABLE_ANSWER, generate_world
+from ragrl.synth.demonstrators import (
     HeuristicDemonstrator,
     OracleDemonstrator,
     answer_kind,
@@ -21,8 +23,6 @@ from ragrl.data.synth.demonstrators import (
     simulate,
     simulate_episodes,
 )
-from ragrl.metrics import exact_match
-from ragrl.retrieval.bm25 import BM25Retriever
 
 TURN = re.compile(r"^<think> .+ </think>\n<(search|answer)> .+ </\1>$", re.DOTALL)
 

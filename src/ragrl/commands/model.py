@@ -32,6 +32,7 @@ def tiny(
 ) -> None:
     """Train a tokenizer on DIR's texts and save a tiny Llama policy that loads like any checkpoint."""
     from ragrl.llm.tiny import CopyPretraining, TinyConfig, create_tiny_policy, read_tiny_info
+    from ragrl.methods import vocabulary_texts
 
     config = TinyConfig(hidden=hidden, layers=layers, heads=heads, intermediate=intermediate or 3 * hidden)
     started = time.perf_counter()
@@ -39,7 +40,7 @@ def tiny(
     with console.status("building the tiny policy") if not copy_steps else nullcontext():
         path = create_tiny_policy(
             data, out, seed=seed, kind=tokenizer, vocab_size=vocab_size, config=config,
-            copy=CopyPretraining(steps=copy_steps),
+            copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts(),
         )  # fmt: skip
     info = read_tiny_info(path) or {}
     typer.echo(f"parameters: {info.get('parameters', 0):,}")
