@@ -159,3 +159,14 @@ def test_matches_trl_on_a_random_batch(loss_type, agg):
     (g_ours,) = torch.autograd.grad(ours, ours_logp)
     (g_trl,) = torch.autograd.grad(trl, trl_logp)
     assert torch.allclose(g_ours, g_trl, atol=1e-6)
+
+
+def test_per_token_advantages_by_hand():
+    """[B, T] advantages: on policy (ρ = 1) the token-mean loss is minus the mean advantage over the mask."""
+    logp = torch.zeros(2, 3, requires_grad=True)
+    adv = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    loss, _ = policy_loss(logp, None, adv, mask)
+    assert loss.item() == pytest.approx(-(1 + 2 + 0.5 - 1 + 0) / 5)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert torch.allclose(grad, -adv * mask / 5)

@@ -197,3 +197,35 @@ def test_entropy_from_logits() -> None:
     z = torch.randn(4, v) * 3
     direct = -(torch.softmax(z / 2.0, -1) * torch.log_softmax(z / 2.0, -1)).sum(-1)
     torch.testing.assert_close(entropy_from_logits(z, temperature=2.0), direct, rtol=1e-5, atol=1e-5)
+
+
+def test_advantage_tensor_scalars_and_per_token_lists() -> None:
+    from ragrl.rollout.sample import Sample
+    from ragrl.train.batch import advantage_tensor
+
+    trajs = _trajectories()
+    samples = [Sample.from_trajectory(t, i) for i, t in enumerate(trajs)]
+    for s, a in zip(samples, (1.0, -2.0, 0.5), strict=True):
+        s.advantage = a
+    b = sequence_batch(samples, PAD)
+    assert advantage_tensor(samples, b).tolist() == [1.0, -2.0, 0.5]
+    # one list: every row becomes [L - start], aligned with the loss mask's columns
+    samples[2].advantage = [0.1, 0.2, 0.3, 0.4]  # tokens 16 23 17 18
+    adv = advantage_tensor(samples, b)
+    assert adv.shape == b.loss_mask.shape
+    torch.testing.assert_close(
+        adv,
+        torch.tensor(
+            [
+                [0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],  # column 0 is row 0's last prompt token
+                [-2.0, -2.0, -2.0, 0.0, 0.0, 0.0, 0.0],
+                [0.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.0],
+            ]
+        ),
+    )
+    samples[2].advantage = [0.1]
+    with pytest.raises(ValueError, match="1 per-token advantages for 4 completion tokens"):
+        advantage_tensor(samples, b)
+    samples[2].advantage = None
+    with pytest.raises(ValueError, match="needs its advantage"):
+        advantage_tensor(samples, b)

@@ -127,3 +127,63 @@ def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path):
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4  # the update did move the weights
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+class _PerTurnRollout:
+    """A registered rollout that trains each policy turn as its own sample (the shape of the tree and
+    agent methods): the linear engine plays, ``samples`` cuts every episode at its policy turns."""
+
+    def __init__(self, backend, retriever, protocol, config) -> None:  # noqa: ANN001
+        from ragrl.rollout.engine import RolloutEngine
+
+        self.engine = RolloutEngine(backend, retriever, protocol, config)
+
+    def run(self, examples, n=None, seed=None, *, first_group=0):  # noqa: ANN001, ANN201
+        return self.engine.run(examples, n, seed, first_group=first_group)
+
+    def samples(self, episodes):  # noqa: ANN001, ANN201
+        from ragrl.rollout.sample import Sample
+
+        out = []
+        for i, t in enumerate(episodes):
+            context = list(t.prompt_ids)
+            for step, seg in enumerate(s for s in t.segments if s.kind == "policy"):
+                start = t.segments.index(seg)
+                context = list(t.prompt_ids) + [x for s in t.segments[:start] for x in s.token_ids]
+                out.append(
+                    Sample(context, list(seg.token_ids), [1] * len(seg.token_ids), list(seg.logprobs),
+                           group=t.metadata["group"], episode=i, step=step, example_id=t.example_id)
+                )  # fmt: skip
+        return out
+
+
+def test_a_method_rollout_with_one_sample_per_turn_trains_through_the_same_step(world_dir, tmp_path):
+    from ragrl.rollout.registry import ROLLOUTS, register_rollout
+
+    if "per_turn_grpo_test" not in ROLLOUTS:
+        register_rollout("per_turn_grpo_test")(_PerTurnRollout)
+    method = small_method(world_dir, tmp_path / "run", "rollout.kind=per_turn_grpo_test", "train.steps=1")
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    assert isinstance(trainer.rollout, _PerTurnRollout)
+    before = weights(trainer)
+    metrics = trainer.step()
+    # 4 questions × 4 episodes, up to 2 policy turns each: more samples than episodes
+    assert 16 < metrics["samples"] <= 32
+    assert any(not torch.equal(before[k], v) for k, v in weights(trainer).items())
+
+
+def test_per_token_advantages_equal_to_the_scalar_make_the_same_update(world_dir, tmp_path):
+    """A list advantage (one per completion token) goes through the loss as [B, T]; the same value on
+    every token is the scalar's update."""
+    updates = []
+    for per_token in (False, True):
+        method = small_method(world_dir, tmp_path / f"run{per_token}", "train.steps=1")
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
+        episodes = trainer.rollout.run(trainer.train_examples[:2], n=2, seed=0)
+        samples = trainer.rollout.samples(episodes)
+        for k, s in enumerate(samples):
+            a = [1.0, -1.0, 0.5, -0.5][k]
+            s.advantage = [a] * len(s.completion_ids) if per_token else a
+        trainer._update(samples)
+        updates.append(weights(trainer))
+    assert all(torch.allclose(updates[0][k], updates[1][k], atol=1e-7, rtol=0) for k in updates[0])

@@ -3,8 +3,11 @@
 * ``advantages``: ``get_advantage(name)(rewards, group_ids, **params)`` — grpo, grpo_mean_only, rloo,
   reinforce_pp_baseline; ``Groups`` (vectorised per-group reductions); ``difficulty_weight``.
 * ``kl``: ``get_kl(name)(logp, ref_logp, **params)`` — k1, k2, k3, abs (+ verl aliases).
-* ``losses``: ``ppo_clip_loss``, ``aggregate(per_token, mask, mode)``, ``policy_loss``.
+* ``losses``: ``ppo_clip_loss`` (the registered per-token policy losses), ``aggregate(per_token, mask,
+  mode)``, ``policy_loss``.
 * ``filters``: ``get_filter(name)(scores, group_ids, **params) -> keep mask``; ``group_stats``.
+* ``preference``: ``dpo_loss(chosen, rejected, ref_chosen, ref_rejected, loss_type=...)`` — sigmoid (DPO),
+  robust, hinge, ipo; reference-free.
 
 A method adds its own entry with the matching ``register_*`` decorator in its own module; the trainer
 only ever looks names up.
@@ -24,13 +27,22 @@ from ragrl.algos.filters import FILTERS, filter_names, get_filter, group_stats, 
 from ragrl.algos.kl import KL_ESTIMATORS, get_kl, kl_names, register_kl
 from ragrl.algos.losses import (
     AGGREGATIONS,
+    POLICY_LOSSES,
     aggregate,
     aggregation_names,
     get_aggregation,
     masked_mean,
     policy_loss,
+    policy_loss_names,
     ppo_clip_loss,
     register_aggregation,
+    register_policy_loss,
+)
+from ragrl.algos.preference import (
+    PREFERENCE_LOSSES,
+    dpo_loss,
+    preference_loss_names,
+    register_preference_loss,
 )
 
 __all__ = [
@@ -38,6 +50,8 @@ __all__ = [
     "AGGREGATIONS",
     "FILTERS",
     "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "PREFERENCE_LOSSES",
     "Groups",
     "advantage_names",
     "aggregate",
@@ -45,6 +59,7 @@ __all__ = [
     "batch_groups",
     "compute_advantages",
     "difficulty_weight",
+    "dpo_loss",
     "filter_names",
     "get_advantage",
     "get_aggregation",
@@ -54,9 +69,13 @@ __all__ = [
     "kl_names",
     "masked_mean",
     "policy_loss",
+    "policy_loss_names",
+    "preference_loss_names",
     "ppo_clip_loss",
     "register_advantage",
     "register_aggregation",
     "register_filter",
     "register_kl",
+    "register_policy_loss",
+    "register_preference_loss",
 ]

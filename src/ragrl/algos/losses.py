@@ -91,6 +91,15 @@ def aggregate(
     return fn(per_token, mask)
 
 
+POLICY_LOSSES: Registry[Callable[..., tuple[Tensor, dict[str, Tensor]]]] = Registry("policy loss")
+register_policy_loss = POLICY_LOSSES.register
+"""Register a per-token policy-gradient loss ``fn(logp, old_logp, advantages, mask, *, eps_low, eps_high)
+-> ([B, T] loss, metrics)`` (GSPO, REINFORCE++ and the like plug in here); ``train.grpo.pg_loss`` names
+it."""
+policy_loss_names = POLICY_LOSSES.names
+
+
+@register_policy_loss("ppo_clip")
 def ppo_clip_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -146,8 +155,10 @@ def policy_loss(
     kl_params: Mapping[str, Any] | None = None,
     agg: str = "token_mean",
     constant: float | None = None,
+    pg_loss: str = "ppo_clip",
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The GRPO-family loss: PPO-clip + β·KL(π_θ‖π_ref) per token, then one aggregation.
+    """The GRPO-family loss: a per-token policy loss (``pg_loss``, PPO-clip by default) + β·KL(π_θ‖π_ref)
+    per token, then one aggregation.
 
     ``old_logp=None`` means one update per batch (μ = 1): π_old is π_θ detached, so ρ = 1 in value and
     the clip never binds (as TRL with ``num_iterations=1``). ``beta=0`` skips the KL and needs no
@@ -159,7 +170,9 @@ def policy_loss(
     """
     if old_logp is None:
         old_logp = logp.detach()
-    pg, metrics = ppo_clip_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high)
+    pg, metrics = POLICY_LOSSES.get(pg_loss)(
+        logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high
+    )
     per_token = pg
     if beta != 0.0:
         if ref_logp is None:

@@ -23,7 +23,6 @@ from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
-from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -134,9 +133,9 @@ def evaluate(
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it."""
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
-    engine = RolloutEngine(backend, retriever, method.protocol, config)
+    rollout = method.make_rollout(backend, retriever, config)
     t0 = time.perf_counter()
-    trajectories = engine.run(list(examples), n=1, seed=seed)
+    trajectories = rollout.run(list(examples), n=1, seed=seed)
     elapsed = time.perf_counter() - t0
     scores, rows = score_trajectories(
         trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed

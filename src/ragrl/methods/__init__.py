@@ -133,6 +133,15 @@ class Method:
     or evaluated on (ARENA attaches the gold reference ids and applies its rule for unresolvable
     evidence, reporting what it drops); ``where`` names the source for messages."""
 
+    def make_rollout(self, backend: Any, retriever: Any, config: Any = None) -> Any:
+        """This method's rollout (``rollout.kind`` in the registry ``ragrl.rollout.registry``) over a
+        generation backend and a retriever; ``config`` replaces the method's rollout settings (evaluation
+        runs greedy, one sample per question). The trainers and evaluation build rollouts only here."""
+        from ragrl.rollout.registry import build_rollout
+
+        config = self.rollout if config is None else config
+        return build_rollout(config.kind, backend, retriever, self.protocol, config)
+
     def prepare_examples(self, examples: Any, where: str) -> list[Any]:
         """``examples`` as this method trains and evaluates on them (see ``prepare``)."""
         return list(examples) if self.prepare is None else list(self.prepare(list(examples), where))

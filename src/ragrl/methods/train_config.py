@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS
+from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES
 from ragrl.errors import RagrlError
 from ragrl.registry import Registry
 
@@ -73,6 +73,8 @@ class GRPOConfig:
     """Optimizer steps per pass (the rollouts are split into this many minibatches of whole groups)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation within a minibatch); 0 = the whole one."""
+    pg_loss: str = "ppo_clip"
+    """The per-token policy loss (``ragrl.algos.losses.POLICY_LOSSES``)."""
     clip_low: float = 0.2
     clip_high: float = 0.2
     advantage: str = "grpo"
@@ -139,6 +141,7 @@ class TrainConfig:
             ("train.grpo.kl", g.kl, KL_ESTIMATORS),
             ("train.grpo.loss_agg", g.loss_agg, AGGREGATIONS),
             ("train.grpo.group_filter", g.group_filter, FILTERS),
+            ("train.grpo.pg_loss", g.pg_loss, POLICY_LOSSES),
         ):
             _check_name(key, name, registry)
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:

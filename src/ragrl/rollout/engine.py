@@ -49,6 +49,8 @@ from ragrl.errors import DataError, RagrlError
 from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.protocol import Protocol
+from ragrl.rollout.registry import ROLLOUTS, register_rollout
+from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 FINISH_REASONS = ("answer", "eos", "max_turns", "max_tokens", "invalid_limit")
@@ -58,6 +60,8 @@ FOLLOWUP_STEP = 1_000
 
 @dataclass
 class RolloutConfig:
+    kind: str = "multi_turn"
+    """The rollout (``ragrl.rollout.registry``) a method plays: ``multi_turn`` is this engine."""
     max_turns: int = 4
     """Policy turns per episode (not counting the optional final answer-only turn)."""
     max_total_tokens: int = 1024
@@ -82,6 +86,10 @@ class RolloutConfig:
     (the Search-R1 / Eval-RAR code lineage); off by default."""
 
     def __post_init__(self) -> None:
+        if self.kind not in ROLLOUTS:
+            raise RagrlError(
+                f"rollout.kind: unknown rollout {self.kind!r}; registered: {', '.join(ROLLOUTS.names())}"
+            )
         for name in ("max_turns", "max_total_tokens", "max_new_tokens", "max_obs_tokens", "k", "n"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -143,7 +151,11 @@ class _Episode:
         return sum(len(s.token_ids) for s in self.traj.segments)
 
 
+@register_rollout("multi_turn")
 class RolloutEngine:
+    """The linear multi-turn rollout (see the module docstring): one ``Trajectory`` per episode, one
+    training sample per episode."""
+
     def __init__(
         self,
         backend: GenerationBackend,
@@ -236,6 +248,10 @@ class RolloutEngine:
             if not ep.done:
                 self._finish(ep, "max_turns", truncated=True, t0=t0)
         return [ep.traj for ep in episodes]
+
+    def samples(self, episodes: Sequence[Trajectory]) -> list[Sample]:
+        """One sample per episode: its prompt, its whole completion, grouped by its question."""
+        return [Sample.from_trajectory(t, i) for i, t in enumerate(episodes)]
 
     def _turn(
         self, active: list[_Episode], turn: int, seed: int | None, *, execute_search: bool, t0: float

@@ -1,4 +1,5 @@
-"""Training tensors from trajectories: tokens in, tokens out (never re-tokenized).
+"""Training tensors from samples (``ragrl.rollout.sample.Sample``, or a linear ``Trajectory``, which has
+the same fields): tokens in, tokens out (never re-tokenized).
 
 A row is ``prompt_ids + completion_ids`` right-padded. Log-probs are computed from column ``start`` =
 the shortest prompt of the batch (``token_logprobs(..., start=start)``), so the prompt positions of
@@ -11,11 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from ragrl.llm.logprobs import pad_batch
-from ragrl.rollout.trajectory import Trajectory
+
+
+class Sequenceable(Protocol):
+    """What a row of a training batch is made of: a ``Sample`` or a linear ``Trajectory``."""
+
+    example_id: str
+    prompt_ids: list[int]
+
+    @property
+    def completion_ids(self) -> list[int]: ...
+    @property
+    def loss_mask(self) -> list[int]: ...
+    @property
+    def completion_logprobs(self) -> list[float]: ...
 
 
 @dataclass
@@ -44,7 +59,7 @@ class SequenceBatch:
 
 
 def sequence_batch(
-    trajectories: Sequence[Trajectory], pad_id: int, device: torch.device | str = "cpu"
+    trajectories: Sequence[Sequenceable], pad_id: int, device: torch.device | str = "cpu"
 ) -> SequenceBatch:
     if not trajectories:
         raise ValueError("sequence_batch needs at least one trajectory")
@@ -68,3 +83,27 @@ def sequence_batch(
     return SequenceBatch(
         input_ids.to(device), attention_mask.to(device), start, loss_mask.to(device), logprobs.to(device)
     )
+
+
+def advantage_tensor(samples: Sequence[Sequenceable], batch: SequenceBatch) -> torch.Tensor:
+    """The advantages of ``samples`` (their ``advantage`` field) for the loss on ``batch``: ``[B]`` when
+    every sample has one number, else ``[B, L - start]`` aligned with ``batch.loss_mask`` (a number is
+    broadcast over its sample's tokens; a list has one value per completion token)."""
+    values = [getattr(s, "advantage", None) for s in samples]
+    if any(v is None for v in values):
+        raise ValueError("every sample needs its advantage before the update")
+    if all(isinstance(v, (int, float)) for v in values):
+        return torch.tensor(values, dtype=torch.float32)
+    out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
+    for b, (s, v) in enumerate(zip(samples, values, strict=True)):
+        offset = len(s.prompt_ids) - batch.start
+        n = len(s.completion_ids)
+        if isinstance(v, (int, float)):
+            out[b, offset : offset + n] = float(v)
+        else:
+            if len(v) != n:
+                raise ValueError(
+                    f"sample of {s.example_id!r}: {len(v)} per-token advantages for {n} completion tokens"
+                )
+            out[b, offset : offset + n] = torch.tensor(v, dtype=torch.float32)
+    return out

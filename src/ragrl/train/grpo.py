@@ -37,10 +37,10 @@ from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext
-from ragrl.rollout.engine import RolloutEngine
+from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.base import Trainer, load_examples
-from ragrl.train.batch import SequenceBatch, sequence_batch
+from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -81,7 +81,7 @@ class GRPOTrainer(Trainer):
         if g.kl_coef != 0.0 and config.model.lora is None:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
-        self.engine = RolloutEngine(self.backend, self.retriever, method.protocol, method.rollout)
+        self.rollout = method.make_rollout(self.backend, self.retriever)
 
     # -- the step -------------------------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
@@ -95,45 +95,56 @@ class GRPOTrainer(Trainer):
         indices = self.sampler.take(g.prompts_per_step)[first_group : first_group + per_process]
         examples = [self.train_examples[i] for i in indices]
 
-        # 2. G rollouts per question with the current policy
-        rollouts = self.engine.run(
+        # 2. G episodes per question with the method's rollout and the current policy
+        episodes = self.rollout.run(
             examples, seed=step_seed(cfg.seed, self.step_count), first_group=first_group
         )
         t_rollout = time.perf_counter() - t0
 
         # 3. rewards, each named component kept for logging
         ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)
-        owners = [examples[t.metadata["group"] - first_group] for t in rollouts]
-        results = [self.method.reward(t, ex, ctx) for t, ex in zip(rollouts, owners, strict=True)]
+        owners = [examples[t.metadata["group"] - first_group] for t in episodes]
+        results = [self.method.reward(t, ex, ctx) for t, ex in zip(episodes, owners, strict=True)]
         rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
-        group_ids = torch.tensor([t.metadata["group"] for t in rollouts])
 
-        # 4. advantages within each group; the filter drops groups that teach nothing
-        advantages = compute_advantages(g.advantage, rewards, group_ids, **g.advantage_params)
-        keep = get_filter(g.group_filter)(rewards, group_ids, **g.group_filter_params)
-        for t, r, a in zip(rollouts, results, advantages.tolist(), strict=True):
-            t.metadata.update(reward=r.total, rewards=r.components, advantage=a, step=self.step_count)
+        # 4. the training samples (one per linear episode), advantages within each sample's group, and
+        # the filter that drops groups that teach nothing
+        samples = self.rollout.samples(episodes)
+        sample_rewards = rewards[[s.episode for s in samples]]
+        group_ids = torch.tensor([s.group for s in samples])
+        advantages = compute_advantages(g.advantage, sample_rewards, group_ids, **g.advantage_params)
+        keep = get_filter(g.group_filter)(sample_rewards, group_ids, **g.group_filter_params)
+        for sample, a in zip(samples, advantages.tolist(), strict=True):
+            sample.advantage = a
+        for i, (t, r) in enumerate(zip(episodes, results, strict=True)):
+            mine = [s.advantage for s in samples if s.episode == i]
+            advantage = mine[0] if len(mine) == 1 else mine
+            t.metadata.update(reward=r.total, rewards=r.components, advantage=advantage, step=self.step_count)
 
         # 5-6. the policy update
-        kept = [i for i in range(len(rollouts)) if keep[i]]
-        update = self._update([rollouts[i] for i in kept], advantages[kept], group_ids[kept])
+        update = self._update([s for s, k in zip(samples, keep.tolist(), strict=True) if k])
 
         # 7. diagnostics, reduced over processes
         self.step_count += 1
-        diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(rollouts, owners, strict=True)]
-        metrics = self._step_metrics(rollouts, results, diagnostics, rewards, group_ids, keep, update)
+        diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(episodes, owners, strict=True)]
+        episode_groups = torch.tensor([t.metadata["group"] for t in episodes])
+        episode_kept = torch.zeros(len(episodes), dtype=torch.bool)
+        for s, k in zip(samples, keep.tolist(), strict=True):
+            episode_kept[s.episode] |= bool(k)
+        metrics = self._step_metrics(
+            episodes, results, diagnostics, rewards, episode_groups, episode_kept, update
+        )
+        metrics["samples"] = len(samples)
         metrics["rollout_seconds"] = round(t_rollout, 3)
         metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
-        self._maybe_write_samples(rollouts)
+        self._maybe_write_samples(episodes)
         return metrics
 
-    def _update(
-        self, rollouts: list[Trajectory], advantages: torch.Tensor, group_ids: torch.Tensor
-    ) -> dict[str, float]:
-        """μ passes of minibatch updates over the kept rollouts; returns the update's metrics."""
+    def _update(self, samples: list[Sample]) -> dict[str, float]:
+        """μ passes of minibatch updates over the kept samples; returns the update's metrics."""
         g = self.config.grpo
         temperature = self.method.rollout.temperature or 1.0
-        minibatches = self._minibatches(rollouts, advantages, group_ids, temperature)
+        minibatches = self._minibatches(samples, temperature)
         by_tokens = g.loss_agg == "token_mean"  # otherwise the loss is a mean over sequences
         stats = _Averages()
         loss_total = 0.0  # this process's share of each minibatch loss × N (mean over processes = loss)
@@ -155,6 +166,7 @@ class GRPOTrainer(Trainer):
                             logp, b.old_logprobs, adv, b.loss_mask, ref_logp=b.ref_logprobs,
                             eps_low=g.clip_low, eps_high=g.clip_high, beta=g.kl_coef, kl=g.kl,
                             kl_params=g.kl_params, agg=g.loss_agg, constant=g.loss_agg_constant,
+                            pg_loss=g.pg_loss,
                         )  # fmt: skip
                         units = b.num_tokens if by_tokens else len(b)
                         scale = units / max(global_units, 1) * self.acc.num_processes
@@ -167,24 +179,21 @@ class GRPOTrainer(Trainer):
         return {**stats.result(), "loss": loss_total / (g.ppo_epochs * len(minibatches))}
 
     def _minibatches(
-        self,
-        rollouts: list[Trajectory],
-        advantages: torch.Tensor,
-        group_ids: torch.Tensor,
-        temperature: float,
+        self, samples: list[Sample], temperature: float
     ) -> list[list[tuple[SequenceBatch, torch.Tensor]]]:
-        """Split the rollouts into minibatches of whole groups and those into micro-batches of tensors,
-        with π_old (when it is not π_θ detached) and π_ref (when there is a KL term) attached."""
+        """Split the samples into minibatches of whole groups and those into micro-batches of tensors
+        (with their advantages: [B], or [B, T] when a sample carries one per token), with π_old (when it
+        is not π_θ detached) and π_ref (when there is a KL term) attached."""
         g = self.config.grpo
         dev = self.acc.device
         recompute = g.old_logprobs == "recompute" or (
             g.old_logprobs == "auto" and (g.ppo_epochs > 1 or g.minibatches > 1)
         )
         out = []
-        for mb in _split_groups(group_ids.tolist(), g.minibatches):
+        for mb in _split_groups([s.group for s in samples], g.minibatches):
             micro_batches = []
             for rows in _chunks(mb, g.micro_batch_size):
-                b = sequence_batch([rollouts[i] for i in rows], self.pad_id, dev)
+                b = sequence_batch([samples[i] for i in rows], self.pad_id, dev)
                 with torch.no_grad():
                     if recompute:
                         b.old_logprobs = self._logprobs(self.model, b, temperature)
@@ -192,7 +201,7 @@ class GRPOTrainer(Trainer):
                         b.old_logprobs = b.rollout_logprobs
                     if g.kl_coef:
                         b.ref_logprobs = self._ref_logprobs(b, temperature)
-                micro_batches.append((b, advantages[rows].to(dev)))
+                micro_batches.append((b, advantage_tensor([samples[i] for i in rows], b).to(dev)))
             out.append(micro_batches)
         return out
 

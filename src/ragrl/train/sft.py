@@ -24,7 +24,6 @@ from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
-from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.scripted import DemonstratorBackend
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.augment import NameSwap
@@ -39,8 +38,7 @@ def demonstration_trajectories(
     the real retriever, tokenized with the policy's tokenizer: SFT data in the exact token layout the
     policy will see in its own rollouts."""
     backend = DemonstratorBackend.for_examples(tokenizer, demonstrator, examples, method.protocol)
-    engine = RolloutEngine(backend, retriever, method.protocol, method.rollout)
-    return engine.run(list(examples), n=1, seed=0)
+    return method.make_rollout(backend, retriever).run(list(examples), n=1, seed=0)
 
 
 class SFTTrainer(Trainer):

@@ -1,0 +1,64 @@
+"""``Sample``: one training sequence, the unit the policy loss sees.
+
+An episode is what a rollout plays; a sample is what training learns from. A linear multi-turn episode
+(Search-R1, Eval-RAR, ARENA) is one sample: its prompt and everything after it, with the loss mask on
+the policy's tokens. A method whose episode branches or acts step by step (a retrieval tree, an agent
+that backtracks) makes one sample per step, with that step's context as the prompt, so context the
+policy no longer sees is never trained on.
+
+Each sample names its ``group``: the samples whose rewards are compared with each other for the
+advantage (the G rollouts of one question; for a tree, the G expansions of one node). ``advantage`` is
+a number for the whole response or one number per completion token; the trainer broadcasts a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragrl.rollout.trajectory import Trajectory
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+    """1 on the policy's tokens of ``completion_ids``, 0 on observations."""
+    completion_logprobs: list[float]
+    """The log-probs the generation backend reported, aligned with ``completion_ids`` (0 off the mask)."""
+    group: int
+    """The advantage group (for a linear episode: the question's index in the step's batch)."""
+    episode: int = 0
+    """Index of the episode (in the rollout's returned list) this sample came from."""
+    step: int = 0
+    """The episode's step this sample trains (0 for a linear episode)."""
+    example_id: str = ""
+    advantage: float | list[float] | None = None
+    """Set by the trainer: one number, or one per completion token."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.completion_ids)
+        if len(self.loss_mask) != n or len(self.completion_logprobs) != n:
+            raise ValueError(
+                f"sample of {self.example_id!r}: completion ids ({n}), loss mask ({len(self.loss_mask)}) "
+                f"and log-probs ({len(self.completion_logprobs)}) must have one entry per token"
+            )
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, episode: int = 0) -> Sample:
+        """The one sample of a linear episode: the whole completion, grouped by the question."""
+        return cls(
+            prompt_ids=list(trajectory.prompt_ids),
+            completion_ids=trajectory.completion_ids,
+            loss_mask=trajectory.loss_mask,
+            completion_logprobs=trajectory.completion_logprobs,
+            group=int(trajectory.metadata.get("group", 0)),
+            episode=episode,
+            example_id=trajectory.example_id,
+        )
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(self.loss_mask)
