@@ -102,3 +102,27 @@ def test_registry_and_input_errors():
         get_advantage("grpo")(R, ONE_GROUP[:4])
     # integer rewards are accepted and promoted to float
     assert get_advantage("grpo_mean_only")(torch.tensor([1, 0]), torch.tensor([0, 0])).tolist() == [0.5, -0.5]
+
+
+def test_components_reach_only_the_estimators_that_ask_for_them():
+    from ragrl.algos import register_advantage
+
+    seen = {}
+    if "test_sufficiency_weighted" not in advantage_names():
+
+        @register_advantage("test_sufficiency_weighted")
+        def sufficiency_weighted(rewards, group_ids, *, components, scale: float = 1.0):
+            seen.update(components)
+            return get_advantage("grpo")(rewards, group_ids) * components["sufficiency"] * scale
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    comps = {"sufficiency": torch.tensor([1.0, 1.0, 0.5, 0.5]), "em": rewards}
+    out = compute_advantages("test_sufficiency_weighted", rewards, groups, components=comps, scale=2.0)
+    # grpo (Bessel std of {1, 0} is 0.7071) -> ±0.7071, times sufficiency, times 2
+    assert out.tolist() == pytest.approx([1.41421, -1.41421, 0.70711, -0.70711], abs=1e-4)
+    assert set(seen) == {"sufficiency", "em"}
+    # an estimator without the parameter is called as before
+    assert torch.equal(
+        compute_advantages("grpo", rewards, groups, components=comps), get_advantage("grpo")(rewards, groups)
+    )

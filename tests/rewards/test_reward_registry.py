@@ -62,3 +62,39 @@ def test_methods_register_their_own_components_and_non_finite_values_are_errors(
 
     with pytest.raises(RagrlError, match="returned nan for example 'q1'"):
         build_reward([{"name": "test_nan"}])(_traj("x"), EX)
+
+
+BATCH_CALLS: list[int] = []
+
+
+@register_reward("test_batched_length", batched=True)
+def batched_length(trajectories, examples, ctx, per: float = 1.0):
+    BATCH_CALLS.append(len(trajectories))
+    return [per * len(t.final_answer or "") for t in trajectories]
+
+
+def test_a_batched_component_sees_the_whole_batch_in_one_call():
+    BATCH_CALLS.clear()
+    reward = build_reward([{"name": "test_batched_length", "per": 0.5}, {"name": "em", "weight": 2.0}])
+    results = reward.score([_traj("Mira Tolan"), _traj("Tolan"), _traj(None)], [EX, EX, EX])
+    assert BATCH_CALLS == [3]
+    assert [r.components["test_batched_length"] for r in results] == [5.0, 2.5, 0.0]
+    assert [r.total for r in results] == [5.0 + 2.0, 2.5 + 2.0, 0.0]
+    with pytest.raises(
+        RagrlError, match=r"reward\[0\] \(test_batched_length\): unknown parameter 'trajectory'"
+    ):
+        build_reward([{"name": "test_batched_length", "trajectory": 1}])
+
+
+def test_a_scheduled_weight_changes_with_training_progress():
+    reward = build_reward(
+        [{"name": "em"}, {"name": "f1", "weight": 0.6, "schedule": {"name": "sigmoid_decay", "center": 0.9}}]
+    )
+    assert reward.scheduled and reward.describe()[1]["schedule"] == {"name": "sigmoid_decay", "center": 0.9}
+    early = reward(_traj("Tolan"), EX, RewardContext(step=0, total_steps=144))
+    late = reward(_traj("Tolan"), EX, RewardContext(step=143, total_steps=144))
+    assert early.weights["f1"] == pytest.approx(0.6 * 0.99988, abs=1e-4)
+    assert late.weights["f1"] == pytest.approx(0.6 * 0.192, abs=5e-4) and late.weights["em"] == 1.0
+    assert late.total == pytest.approx(1.0 + 0.6 * 0.192, abs=5e-4)
+    with pytest.raises(RagrlError, match=r"reward\[0\] \(em\) schedule: unknown weight schedule 'nope'"):
+        build_reward([{"name": "em", "schedule": {"name": "nope"}}])

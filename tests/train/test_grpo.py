@@ -15,6 +15,7 @@ import torch
 
 from ragrl.algos import register_advantage
 from ragrl.algos.advantages import ADVANTAGES
+from ragrl.methods import load_method
 from ragrl.train.grpo import GRPOTrainer
 from ragrl.train.setup import TrainingDiverged
 
@@ -187,3 +188,68 @@ def test_per_token_advantages_equal_to_the_scalar_make_the_same_update(world_dir
         trainer._update(samples)
         updates.append(weights(trainer))
     assert all(torch.allclose(updates[0][k], updates[1][k], atol=1e-7, rtol=0) for k in updates[0])
+
+
+def _register_test_filters():
+    from ragrl.algos import register_filter
+    from ragrl.algos.filters import FILTERS
+
+    if "odd_groups_test" not in FILTERS:
+
+        @register_filter("odd_groups_test")
+        def odd_groups(scores, group_ids):  # noqa: ANN001, ANN202
+            return group_ids % 2 == 1
+
+        @register_filter("drop_all_test")
+        def drop_all(scores, group_ids):  # noqa: ANN001, ANN202
+            return torch.zeros_like(group_ids, dtype=torch.bool)
+
+        @register_filter("record_scores_test")
+        def record(scores, group_ids):  # noqa: ANN001, ANN202
+            RECORDED.append(scores.clone())
+            return torch.ones_like(group_ids, dtype=torch.bool)
+
+
+RECORDED: list[torch.Tensor] = []
+
+
+def test_refill_plays_new_questions_until_enough_groups_survive(world_dir, tmp_path):
+    """4 questions a step; the filter keeps odd group ids only: round 0 keeps groups 1 and 3, one refill
+    round (groups 4-7) adds 5 and 7, and the update trains on those 4 groups."""
+    _register_test_filters()
+    method = small_method(world_dir, tmp_path / "a", "train.grpo.group_filter=odd_groups_test",
+                          "train.grpo.refill_rounds=3")  # fmt: skip
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    m = trainer.step()
+    assert m["refill_rounds"] == 1 and m["samples"] == 2 * 16
+    assert m["kept_frac"] == pytest.approx(0.5)  # 16 of the 32 episodes played
+    # without refill: the 2 surviving groups of round 0 only
+    method = small_method(world_dir, tmp_path / "b", "train.grpo.group_filter=odd_groups_test")
+    m = GRPOTrainer(method, method.train, eval_examples=[]).step()
+    assert m["refill_rounds"] == 0 and m["samples"] == 16 and m["kept_frac"] == pytest.approx(0.5)
+
+
+def test_refill_stops_at_its_bound_when_nothing_survives(world_dir, tmp_path):
+    _register_test_filters()
+    method = small_method(world_dir, tmp_path / "a", "train.grpo.group_filter=drop_all_test",
+                          "train.grpo.refill_rounds=2")  # fmt: skip
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    before = weights(trainer)
+    m = trainer.step()
+    assert m["refill_rounds"] == 2 and m["samples"] == 3 * 16 and m["kept_frac"] == 0.0
+    assert all(torch.equal(before[k], v) for k, v in weights(trainer).items())  # nothing to learn from
+
+
+def test_the_filter_reads_the_component_the_config_names(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    _register_test_filters()
+    RECORDED.clear()
+    method = small_method(world_dir, tmp_path / "a", "train.grpo.group_filter=record_scores_test",
+                          "train.grpo.group_filter_on=em")  # fmt: skip
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    trainer.step()
+    (scores,) = RECORDED
+    assert set(scores.tolist()) <= {0.0, 1.0}  # EM, not the distinct-token total
+    with pytest.raises(RagrlError, match="group_filter_on: 'f1' is neither 'total' nor a reward component"):
+        load_method("search_r1-tiny", ["train.grpo.group_filter_on=f1"])

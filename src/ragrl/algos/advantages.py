@@ -26,7 +26,8 @@ Edge cases, the same for every estimator here:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +45,23 @@ get_advantage = ADVANTAGES.get
 advantage_names = ADVANTAGES.names
 
 
-def compute_advantages(name: str, rewards: Tensor, group_ids: Tensor, **params: object) -> Tensor:
-    """``get_advantage(name)(rewards, group_ids, **params)``: the call a trainer makes from its config."""
-    return get_advantage(name)(rewards, group_ids, **params)
+def compute_advantages(
+    name: str,
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    components: Mapping[str, Tensor] | None = None,
+    **params: object,
+) -> Tensor:
+    """``get_advantage(name)(rewards, group_ids, **params)``: the call a trainer makes from its config.
+
+    ``components`` (each reward component's raw values, aligned with ``rewards``) reach estimators that
+    declare a ``components`` parameter (TIRESRAG-R1's difficulty weight reads the sufficiency
+    component, its consistency penalty the z-scores of three); the others never see them."""
+    fn = get_advantage(name)
+    if components is not None and "components" in inspect.signature(fn).parameters:
+        return fn(rewards, group_ids, components=components, **params)
+    return fn(rewards, group_ids, **params)
 
 
 # --- groups -------------------------------------------------------------------------------------------

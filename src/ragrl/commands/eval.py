@@ -201,10 +201,18 @@ def reward_command(
         list[str] | None,
         typer.Option("--set", help="Config override key.path=value (repeatable), e.g. reward.1.weight=0.2."),
     ] = None,
+    step: Annotated[
+        int, typer.Option(min=0, help="Training step the reward is computed at (for scheduled weights).")
+    ] = 0,
+    total_steps: Annotated[
+        int, typer.Option(min=0, help="Planned training steps (0: scheduled weights stay as written).")
+    ] = 0,
 ) -> None:
     """Re-score saved completions or trajectories with a method's reward: one JSON object per example
-    (id, every component, total), then the means."""
+    (id, every component, the weights when a schedule changes them, total), then the means. The whole
+    file is scored as one batch (a batched component, such as an LLM judge, sees every episode)."""
     from ragrl.data.io import iter_jsonl, read_examples
+    from ragrl.data.schema import Example
     from ragrl.methods import load_method
     from ragrl.rewards import RewardContext
     from ragrl.rollout.replay import trajectory_from_completion
@@ -216,6 +224,7 @@ def reward_command(
     totals: list[float] = []
     components: dict[str, list[float]] = {k: [] for k in method_obj.reward.keys}
     unknown: list[str] = []
+    batch: list[tuple[str, Trajectory, Example]] = []
     for line, record in iter_jsonl(completions):
         if not isinstance(record, dict):
             raise DataError("expected a JSON object", path=completions, line=line)
@@ -237,11 +246,15 @@ def reward_command(
         if example is None:
             unknown.append(ex_id)
             continue
-        result = method_obj.reward(traj, example, RewardContext())
+        batch.append((ex_id, traj, example))
+    ctx = RewardContext(step=step, total_steps=total_steps)
+    results = method_obj.reward.score([t for _, t, _ in batch], [e for _, _, e in batch], ctx)
+    for (ex_id, _, _), result in zip(batch, results, strict=True):
         totals.append(result.total)
         for k, v in result.components.items():
             components[k].append(v)
-        typer.echo(json.dumps({"id": ex_id, **result.components, "total": result.total}))
+        weights = {"weights": result.weights} if method_obj.reward.scheduled else {}
+        typer.echo(json.dumps({"id": ex_id, **result.components, **weights, "total": result.total}))
     if unknown:
         console.print(f"warning: {len(unknown)} ids are not in {gold}, first: {', '.join(unknown[:5])}")
     if not totals:

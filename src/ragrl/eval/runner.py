@@ -82,7 +82,7 @@ def score_trajectories(
         bootstrap=bootstrap,
         seed=seed,
     )
-    rewards = [method.reward(t, by_id[t.example_id], RewardContext()) for t in trajectories]
+    rewards = method.reward.score(trajectories, [by_id[t.example_id] for t in trajectories], RewardContext())
     diagnostics = [method.diagnose(t, by_id[t.example_id]) for t in trajectories]
     stats = rollout_stats(trajectories)
     audit = getattr(method.protocol, "audit", None)  # optional: per-row records (ARENA's citations)

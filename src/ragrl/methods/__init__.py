@@ -211,6 +211,12 @@ def load_method(
     method = build(cfg)
     if method.train is not None:
         method.train.validate()  # every name and value, before anything is loaded
+        on = method.train.grpo.group_filter_on
+        if on != "total" and on not in method.reward.keys:
+            raise RagrlError(
+                f"train.grpo.group_filter_on: {on!r} is neither 'total' nor a reward component of this "
+                f"method ({', '.join(method.reward.keys)})"
+            )
     return method
 
 

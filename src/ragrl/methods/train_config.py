@@ -87,6 +87,13 @@ class GRPOConfig:
     loss_agg_constant: float | None = None
     group_filter: str = "keep_all"
     group_filter_params: dict[str, Any] = field(default_factory=dict)
+    group_filter_on: str = "total"
+    """What the filter reads: ``total`` (the weighted reward) or a reward component's key (TIRESRAG-R1
+    filters on answer F1 alone); checked against the method's reward when the config loads."""
+    refill_rounds: int = 0
+    """DAPO's dynamic sampling: when fewer than ``prompts_per_step`` groups survive the filter, play up
+    to this many more rounds of new questions, then train on the first ``prompts_per_step`` surviving
+    groups (0: train on whatever survives)."""
     old_logprobs: str = "auto"
     """``auto``: π_old = π_θ detached when μ = 1 and one minibatch (one forward pass per sequence),
     else recomputed by a forward pass before the updates; ``recompute``: always that pass;
@@ -162,6 +169,7 @@ class TrainConfig:
         for name, value in (
             ("train.optim.warmup_steps", self.optim.warmup_steps),
             ("train.grpo.micro_batch_size", g.micro_batch_size),
+            ("train.grpo.refill_rounds", g.refill_rounds),
             ("train.sft.max_steps", self.sft.max_steps),
             ("train.eval_every", self.eval_every),
             ("train.save_every", self.save_every),

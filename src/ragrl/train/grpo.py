@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,16 +37,33 @@ from ragrl.eval.runner import rollout_stats
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
-from ragrl.rewards.registry import RewardContext
+from ragrl.rewards.registry import RewardContext, RewardResult
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.base import Trainer, load_examples
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
 
-def step_seed(seed: int, step: int) -> int:
-    """The rollout seed of a step: a function of the run's seed and the step only."""
-    return (int(seed) * 1_000_003 + int(step) * 9_973 + 7) % (2**31 - 1)
+def step_seed(seed: int, step: int, round_index: int = 0) -> int:
+    """The rollout seed of a step (and of its refill rounds): a function of the run's seed, the step and
+    the round only."""
+    return (int(seed) * 1_000_003 + int(step) * 9_973 + int(round_index) * 104_729 + 7) % (2**31 - 1)
+
+
+@dataclass
+class _Round:
+    """One round of questions played in a step (round 0, then refills)."""
+
+    owners: list[Example]
+    episodes: list[Trajectory]
+    results: list[RewardResult]
+    samples: list[Sample]
+    keep: list[bool]
+    """Per sample: kept by the group filter."""
+
+
+def _kept_groups(rounds: list[_Round]) -> int:
+    return len({s.group for r in rounds for s, k in zip(r.samples, r.keep, strict=True) if k})
 
 
 class GRPOTrainer(Trainer):
@@ -86,59 +104,93 @@ class GRPOTrainer(Trainer):
     # -- the step -------------------------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
         """One GRPO step; returns its metrics (already reduced over processes)."""
-        cfg, g = self.config, self.config.grpo
+        g = self.config.grpo
         t0 = time.perf_counter()
-
-        # 1. this process's questions: a contiguous share of the step's global batch
         per_process = g.prompts_per_step // self.acc.num_processes
-        first_group = self.acc.process_index * per_process
-        indices = self.sampler.take(g.prompts_per_step)[first_group : first_group + per_process]
+
+        # 1-4. questions -> episodes -> rewards -> samples with advantages -> the group filter (_play);
+        # with refill_rounds > 0, new questions are played until per_process groups survive the filter
+        rounds = [self._play(0, per_process)]
+        while len(rounds) <= g.refill_rounds and _kept_groups(rounds) < per_process:
+            rounds.append(self._play(len(rounds), per_process))
+        t_rollout = time.perf_counter() - t0
+
+        # 5-6. the policy update on the kept samples (the first per_process kept groups when refilling)
+        kept = [s for r in rounds for s, k in zip(r.samples, r.keep, strict=True) if k]
+        if g.refill_rounds:
+            first = list(dict.fromkeys(s.group for s in kept))[:per_process]
+            kept = [s for s in kept if s.group in set(first)]
+        update = self._update(kept)
+
+        # 7. diagnostics over every episode played this step, reduced over processes
+        self.step_count += 1
+        episodes = [t for r in rounds for t in r.episodes]
+        results = [x for r in rounds for x in r.results]
+        owners = [ex for r in rounds for ex in r.owners]
+        diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(episodes, owners, strict=True)]
+        used, episode_kept, base = {id(s) for s in kept}, torch.zeros(len(episodes), dtype=torch.bool), 0
+        for r in rounds:  # an episode counts as kept when one of its samples went into the update
+            for sample in r.samples:
+                episode_kept[base + sample.episode] |= id(sample) in used
+            base += len(r.episodes)
+        metrics = self._step_metrics(
+            episodes,
+            results,
+            diagnostics,
+            torch.tensor([x.total for x in results], dtype=torch.float32),
+            torch.tensor([t.metadata["group"] for t in episodes]),
+            episode_kept,
+            update,
+        )
+        metrics["samples"] = sum(len(r.samples) for r in rounds)
+        metrics["refill_rounds"] = len(rounds) - 1
+        metrics["rollout_seconds"] = round(t_rollout, 3)
+        metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
+        self._maybe_write_samples(rounds[0].episodes)
+        return metrics
+
+    def _play(self, round_index: int, per_process: int) -> _Round:
+        """Steps 1-4 for one round of questions (round 0, then refills)."""
+        cfg, g = self.config, self.config.grpo
+
+        # 1. this process's questions: a contiguous share of the round's global batch; group ids are
+        # global and distinct across rounds
+        offset = self.acc.process_index * per_process
+        first_group = round_index * g.prompts_per_step + offset
+        indices = self.sampler.take(g.prompts_per_step)[offset : offset + per_process]
         examples = [self.train_examples[i] for i in indices]
 
         # 2. G episodes per question with the method's rollout and the current policy
-        episodes = self.rollout.run(
-            examples, seed=step_seed(cfg.seed, self.step_count), first_group=first_group
-        )
-        t_rollout = time.perf_counter() - t0
+        seed = step_seed(cfg.seed, self.step_count, round_index)
+        episodes = self.rollout.run(examples, seed=seed, first_group=first_group)
 
-        # 3. rewards, each named component kept for logging
+        # 3. rewards, each named component kept for logging; one batch, so judges see it whole
         ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)
         owners = [examples[t.metadata["group"] - first_group] for t in episodes]
-        results = [self.method.reward(t, ex, ctx) for t, ex in zip(episodes, owners, strict=True)]
-        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
+        results = self.method.reward.score(episodes, owners, ctx)
 
-        # 4. the training samples (one per linear episode), advantages within each sample's group, and
-        # the filter that drops groups that teach nothing
+        # 4. the training samples (one per linear episode), advantages within each sample's group (the
+        # estimator may read every component), and the filter that drops groups that teach nothing
         samples = self.rollout.samples(episodes)
-        sample_rewards = rewards[[s.episode for s in samples]]
+        rows = [s.episode for s in samples]
+        rewards = torch.tensor([results[i].total for i in rows], dtype=torch.float32)
+        components = {
+            key: torch.tensor([results[i].components[key] for i in rows], dtype=torch.float32)
+            for key in self.method.reward.keys
+        }
         group_ids = torch.tensor([s.group for s in samples])
-        advantages = compute_advantages(g.advantage, sample_rewards, group_ids, **g.advantage_params)
-        keep = get_filter(g.group_filter)(sample_rewards, group_ids, **g.group_filter_params)
+        advantages = compute_advantages(
+            g.advantage, rewards, group_ids, components=components, **g.advantage_params
+        )
+        scores = rewards if g.group_filter_on == "total" else components[g.group_filter_on]
+        keep = get_filter(g.group_filter)(scores, group_ids, **g.group_filter_params).tolist()
         for sample, a in zip(samples, advantages.tolist(), strict=True):
             sample.advantage = a
         for i, (t, r) in enumerate(zip(episodes, results, strict=True)):
             mine = [s.advantage for s in samples if s.episode == i]
             advantage = mine[0] if len(mine) == 1 else mine
             t.metadata.update(reward=r.total, rewards=r.components, advantage=advantage, step=self.step_count)
-
-        # 5-6. the policy update
-        update = self._update([s for s, k in zip(samples, keep.tolist(), strict=True) if k])
-
-        # 7. diagnostics, reduced over processes
-        self.step_count += 1
-        diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(episodes, owners, strict=True)]
-        episode_groups = torch.tensor([t.metadata["group"] for t in episodes])
-        episode_kept = torch.zeros(len(episodes), dtype=torch.bool)
-        for s, k in zip(samples, keep.tolist(), strict=True):
-            episode_kept[s.episode] |= bool(k)
-        metrics = self._step_metrics(
-            episodes, results, diagnostics, rewards, episode_groups, episode_kept, update
-        )
-        metrics["samples"] = len(samples)
-        metrics["rollout_seconds"] = round(t_rollout, 3)
-        metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
-        self._maybe_write_samples(episodes)
-        return metrics
+        return _Round(owners, episodes, results, samples, keep)
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         """μ passes of minibatch updates over the kept samples; returns the update's metrics."""
@@ -253,6 +305,8 @@ class GRPOTrainer(Trainer):
         out: dict[str, Any] = {"reward": _avg(rows, "reward")}
         for key in self.method.reward.keys:
             out[f"reward/{key}"] = _avg(rows, f"reward/{key}")
+        if self.method.reward.scheduled and results:  # the weights in force at this step
+            out.update({f"reward_weight/{k}": w for k, w in results[0].weights.items()})
         out.update(
             group_reward_std=groups["reward_std_in_group"],
             zero_variance_frac=groups["zero_variance_share"],
