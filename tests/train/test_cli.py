@@ -112,3 +112,28 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert (out / "warm_start" / "metrics.jsonl").is_file()
     exists = runner.invoke(app, ["demo", "--out", str(out)])
     assert exists.exit_code != 0 and "--force" in str(exists.exception)
+
+
+def test_train_runs_the_stages_of_a_staged_config_and_resumes_them(world_dir, tmp_path):
+    paths = (
+        f"train.model.path={world_dir / 'model'}",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.eval={world_dir / 'dev.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}",
+    )
+    stages = (
+        "train.stages=[{name: first, overrides: [train.steps=1]}, {name: second, overrides: [train.steps=1]}]"
+    )
+    out = tmp_path / "run"
+    args = ["train", "search_r1-tiny", "--out", str(out), *sets(*paths, *TINY, stages)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = summary_of(result.output)
+    assert [s["steps"] for s in report["stages"]] == [1, 1]
+    for stage in ("stage-0-first", "stage-1-second"):
+        assert (out / stage / "policy" / "model.safetensors").is_file()
+        assert (out / stage / "report.md").is_file()
+    again = runner.invoke(app, args)
+    assert again.exit_code != 0 and "a staged run is already there" in str(again.exception)
+    resumed = runner.invoke(app, [*args, "--resume", "latest"])
+    assert resumed.exit_code == 0 and [s["steps"] for s in summary_of(resumed.output)["stages"]] == [1, 1]

@@ -51,11 +51,24 @@ def train(
     out: Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")] = None,
     resume: ResumeOption = None,
 ) -> None:
-    """Train a method's policy with GRPO; writes the run folder and prints the summary as JSON."""
+    """Train a method's policy with GRPO; writes the run folder and prints the summary as JSON. A config
+    with train.stages runs each stage in turn (<out>/stage-<i>-<name>, docs/training.md)."""
     from ragrl.train.grpo import GRPOTrainer
     from ragrl.train.report import write_report
+    from ragrl.train.stages import run_stages, stage_dir
 
     method = _load(config, set_, out)
+    if method.train.stages:
+        if resume not in (None, "latest"):
+            raise RagrlError(
+                "a staged run resumes with --resume latest (each stage from its newest checkpoint)"
+            )
+        extra = [*(set_ or []), *([f"train.out={out}"] if out is not None else [])]
+        summaries = run_stages(config, extra, resume=resume is not None)
+        for i, (summary, stage) in enumerate(zip(summaries, method.train.stages, strict=False)):
+            write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
+        print(json.dumps({"stages": summaries}, indent=2))
+        return
     run_dir = _start_run_dir(method, resume)
     summary = GRPOTrainer(method, method.train, run_dir=run_dir).train(resume=resume)
     write_report(run_dir, summary)

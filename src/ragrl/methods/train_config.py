@@ -116,6 +116,20 @@ class SFTConfig:
 
 
 @dataclass
+class StageConfig:
+    """One stage of a staged run (``ragrl.train.stages``)."""
+
+    name: str = "stage"
+    overrides: list[str] = field(default_factory=list)
+    """``--set``-style overrides of the whole method config for this stage (``train.steps=20``,
+    ``reward.1.weight=0.5``, ...), applied after the run's own."""
+    start_from: str = "previous"
+    """The policy this stage starts from: ``previous`` (the previous stage's final policy),
+    ``previous_best`` (its best by ``train.best_metric``), or ``config`` (``train.model.path``). The
+    first stage always starts from ``train.model.path``."""
+
+
+@dataclass
 class TrainConfig:
     out: str = "runs/train"
     seed: int = 0
@@ -138,6 +152,14 @@ class TrainConfig:
     """Write the first rollout of N steps' batches to ``samples.jsonl`` (0: only the last step)."""
     stop_on_nonfinite: bool = True
     """The watchdog: stop with a clear message on a NaN / inf loss or gradient."""
+    best_metric: str = ""
+    """Keep the best policy by this held-out evaluation value (``eval/em``, ``eval/em_answerable``,
+    ``eval/f1``, ...) in ``<run>/best`` (the evaluation before training counts); empty: off."""
+    best_mode: str = "max"
+    """``max`` or ``min``: which direction of ``best_metric`` is better."""
+    stages: list[StageConfig] = field(default_factory=list)
+    """Training stages (``ragrl.train.stages``): each a GRPO run with its own overrides, started from the
+    previous stage's final or best policy. Empty: one ordinary run."""
 
     def validate(self) -> None:
         """Check every value and every registry name; ``load_method`` calls it, so a typo fails when the
@@ -193,6 +215,29 @@ class TrainConfig:
             self.mixed_precision = "no"
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise RagrlError(f"train.mixed_precision must be no|bf16|fp16, got {self.mixed_precision!r}")
+        if self.best_mode not in ("max", "min"):
+            raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
+        if self.best_metric and not self.best_metric.startswith("eval/"):
+            raise RagrlError(
+                "train.best_metric names a held-out evaluation value such as eval/em, got "
+                f"{self.best_metric!r}"
+            )
+        names = [st.name for st in self.stages]
+        if len(set(names)) != len(names) or not all(n.replace("-", "_").isidentifier() for n in names):
+            raise RagrlError(f"train.stages: stage names must be distinct identifiers, got {names}")
+        for i, st in enumerate(self.stages):
+            if st.start_from not in ("previous", "previous_best", "config"):
+                raise RagrlError(
+                    f"train.stages[{i}].start_from must be previous|previous_best|config, "
+                    f"got {st.start_from!r}"
+                )
+            if st.start_from == "previous_best" and not self.best_metric:
+                raise RagrlError(f"train.stages[{i}] starts from the previous best: set train.best_metric")
+            bad = [o for o in st.overrides if "=" not in o or o.startswith(("train.stages", "train.out="))]
+            if bad:
+                raise RagrlError(
+                    f"train.stages[{i}].overrides: not key=value or not allowed in a stage: {bad}"
+                )
         if self.optim.schedule not in ("constant", "linear", "cosine"):
             raise RagrlError(
                 f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"

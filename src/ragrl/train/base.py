@@ -81,6 +81,8 @@ class Trainer:
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
         self.evals: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
     def _prepare(self, n_items: int, total_updates: int, lr: float | None = None) -> None:
         """Optimizer, schedule, accelerate's wrapping, the sampler, and the generation backend."""
@@ -157,12 +159,32 @@ class Trainer:
             }
             record = self.log.log("eval", self.step_count, values)
             self.evals.append(record)
+            self._keep_if_best(record)
             console.print(
                 f"{self.kind} step {self.step_count} held-out EM {values['eval/em']:.3f} "
                 f"(n={len(self.eval_examples)}, {phase})"
             )
         self.acc.wait_for_everyone()
         return record
+
+    def _keep_if_best(self, record: dict[str, Any]) -> None:
+        """``train.best_metric``: export the policy to ``<run>/best`` when this evaluation beats every
+        earlier one (ties keep the earlier policy), with ``best.json`` naming the step and the value."""
+        key = self.config.best_metric
+        if not key:
+            return
+        if key not in record or not isinstance(record[key], (int, float)):
+            numeric = sorted(
+                k for k, v in record.items() if k.startswith("eval/") and isinstance(v, (int, float))
+            )
+            raise RagrlError(f"train.best_metric: the evaluation has no value {key!r} (it has {numeric})")
+        value, sign = float(record[key]), 1.0 if self.config.best_mode == "max" else -1.0
+        if self.best is not None and sign * value <= sign * self.best["value"]:
+            return
+        self.best = {"step": self.step_count, "metric": key, "value": value}
+        out = self.run_dir / "best"
+        export_policy(self.policy, self.tokenizer, out)
+        (out / "best.json").write_text(json.dumps(self.best) + "\n", encoding="utf-8")
 
     def save(self) -> Path:
         state = {
@@ -171,6 +193,7 @@ class Trainer:
             "elapsed_seconds": round(self.log.elapsed(), 3),
             "seed": self.config.seed,
             "evals": self.evals,
+            "best": self.best,
         }
         return save_checkpoint(
             self.acc, self.run_dir, self.step_count, state, model=self.model, tokenizer=self.tokenizer,
@@ -186,6 +209,7 @@ class Trainer:
         self.acc.load_state(str(ckpt / "state"))
         self.step_count = int(state["step"])
         self.evals = list(state.get("evals", []))
+        self.best = state.get("best")
         self.log.t0 = time.perf_counter() - float(state.get("elapsed_seconds", 0.0))
         if self.acc.is_main_process:
             self.log.truncate_after(self.step_count)
@@ -230,6 +254,8 @@ class Trainer:
             "wall_seconds": round(self.log.elapsed(), 1),
             "peak_memory_mb": peak_memory_mb(),
         }
+        if self.best is not None:
+            summary["best"] = self.best
         if self.evals:
             before, after = self.evals[0], self.evals[-1]
             summary.update(

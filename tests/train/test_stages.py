@@ -1,0 +1,116 @@
+"""Staged training: a stage starts from the previous stage's final or best policy; a staged run
+interrupted inside a stage, or between two, resumes to the same result as an uninterrupted one."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+
+from ragrl.errors import RagrlError
+from ragrl.methods import load_method, load_method_config
+from ragrl.train.stages import run_stages
+
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("grpo_run", HERE / "grpo_run.py")
+_grpo_run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_grpo_run)  # registers the distinct_tokens reward (an update every step)
+
+VOLATILE = {"time", "step_seconds", "rollout_seconds"}
+
+
+def _config(world: Path, tmp: Path, stages: list[dict], **train) -> Path:
+    cfg = load_method_config(
+        "search_r1-tiny",
+        [
+            f"train.model.path={world / 'model'}",
+            f"train.data.train={world / 'train.jsonl'}",
+            f"train.data.eval={world / 'dev.jsonl'}",
+            "train.data.eval_limit=3",
+            f"train.data.index={world / 'bm25'}",
+            "train.grpo.prompts_per_step=2",
+            "train.grpo.group_filter=keep_all",
+            "train.optim.lr=1e-3",
+            "train.optim.warmup_steps=0",
+            "rollout.n=4",
+            "rollout.max_turns=2",
+            "rollout.max_new_tokens=12",
+            "rollout.temperature=1.0",
+        ],
+    )
+    cfg.reward = [{"name": "distinct_tokens", "weight": 1.0}]
+    cfg.train.stages = stages
+    for key, value in train.items():
+        cfg.train[key] = value
+    path = tmp / "staged.yaml"
+    OmegaConf.save(cfg, path)
+    return path
+
+
+def _weights(policy: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(policy / "model.safetensors"))
+
+
+def _records(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+
+STAGES = [
+    {"name": "warmup", "overrides": ["train.steps=2", "train.seed=1"]},
+    {"name": "main", "overrides": ["train.steps=2"], "start_from": "previous"},
+]
+
+
+def test_the_next_stage_starts_from_the_previous_best_policy(world_dir, tmp_path):
+    # eval/n is the same at every evaluation, and ties keep the earlier policy: the best policy of the
+    # first stage is the one before it trained, which is not its final policy
+    stages = [STAGES[0], {"name": "main", "overrides": ["train.steps=1"], "start_from": "previous_best"}]
+    cfg = _config(world_dir, tmp_path, stages, best_metric="eval/n", eval_every=1)
+    out = tmp_path / "run"
+    summaries = run_stages(cfg, [f"train.out={out}"])
+    assert [s["steps"] for s in summaries] == [2, 1]
+    best = out / "stage-0-warmup" / "best"
+    assert json.loads((best / "best.json").read_text()) == {"step": 0, "metric": "eval/n", "value": 3.0}
+    start, final = _weights(world_dir / "model"), _weights(out / "stage-0-warmup" / "policy")
+    assert all(torch.equal(start[k], v) for k, v in _weights(best).items())
+    assert any(not torch.equal(start[k], v) for k, v in final.items())
+    record = json.loads((out / "stages.json").read_text())["finished"]
+    assert [r["name"] for r in record] == ["warmup", "main"] and record[1]["start"] == str(best)
+    assert OmegaConf.load(out / "stage-1-main" / "config.yaml").train.model.path == str(best)
+
+
+@pytest.mark.parametrize("stop", [(1, 1), (1, 0), (0, 1)])
+def test_an_interrupted_staged_run_resumes_to_the_same_result(world_dir, tmp_path, stop):
+    cfg = _config(world_dir, tmp_path, STAGES)
+    full, part = tmp_path / "full", tmp_path / "part"
+    run_stages(cfg, [f"train.out={full}"])
+    assert len(run_stages(cfg, [f"train.out={part}"], stop=stop)) == stop[0]  # stopped inside stage stop[0]
+    with pytest.raises(RagrlError, match="a staged run is already there"):
+        run_stages(cfg, [f"train.out={part}"])  # without resume: refused, nothing overwritten
+    summaries = run_stages(cfg, [f"train.out={part}"], resume=True)
+    assert [s["steps"] for s in summaries] == [2, 2]
+    for stage in ("stage-0-warmup", "stage-1-main"):
+        expected, got = _weights(full / stage / "policy"), _weights(part / stage / "policy")
+        assert all(torch.equal(expected[k], got[k]) for k in expected), stage
+        assert _records(part / stage) == _records(full / stage), stage
+
+
+def test_stage_configs_are_checked_when_the_config_loads():
+    with pytest.raises(
+        RagrlError, match="start from the previous best: set train.best_metric|starts from the"
+    ):
+        load_method("search_r1-tiny", ["train.stages=[{name: a}, {name: b, start_from: previous_best}]"])
+    with pytest.raises(RagrlError, match="start_from must be previous"):
+        load_method("search_r1-tiny", ["train.stages=[{name: a, start_from: best}]"])
+    with pytest.raises(RagrlError, match="stage names must be distinct"):
+        load_method("search_r1-tiny", ["train.stages=[{name: a}, {name: a}]"])
+    with pytest.raises(RagrlError, match="not allowed in a stage"):
+        load_method("search_r1-tiny", ["train.stages=[{name: a, overrides: ['train.out=x']}]"])
+    with pytest.raises(RagrlError, match="train.best_metric names a held-out evaluation value"):
+        load_method("search_r1-tiny", ["train.best_metric=em"])
