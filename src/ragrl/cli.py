@@ -16,7 +16,7 @@ from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import index, search, serve
 from ragrl.commands.score import score
-from ragrl.commands.train import demo, sft, train
+from ragrl.commands.train import demo, dpo, sft, train
 from ragrl.console import console, quiet_libraries
 from ragrl.errors import RagrlError
 
@@ -52,6 +52,7 @@ app.command("eval")(eval_command)
 app.command("reward")(reward_command)
 app.command("train")(train)
 app.command("sft")(sft)
+app.command("dpo")(dpo)
 app.command("demo")(demo)
 
 

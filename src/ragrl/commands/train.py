@@ -137,6 +137,39 @@ def sft(
     print(json.dumps(summary, indent=2))
 
 
+def dpo(
+    config: Annotated[str, typer.Argument(help="A method config: packaged name or YAML path.")],
+    pairs: Annotated[
+        Path,
+        typer.Option(
+            help="Preference pairs (jsonl): {prompt_ids, chosen: {completion_ids}, rejected: {...}} or "
+            "{prompt, chosen, rejected} as text."
+        ),
+    ],
+    set_: SetOption = None,
+    out: Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")] = None,
+    resume: ResumeOption = None,
+) -> None:
+    """Preference training (DPO and its variants, train.dpo.*) on (chosen, rejected) pairs."""
+    from ragrl.train.dpo import DPOTrainer, read_pairs
+    from ragrl.train.report import write_report
+    from ragrl.train.setup import load_policy, make_accelerator
+
+    method = _load(config, set_, out)
+    cfg = method.train
+    run_dir = _start_run_dir(method, resume)
+    accelerator = make_accelerator(cfg)
+    model, tokenizer = load_policy(cfg.model, accelerator.device)
+    records = read_pairs(pairs, tokenizer)
+    console.print(f"DPO ({cfg.dpo.loss_type}, beta {cfg.dpo.beta}) on {len(records)} pairs")
+    trainer = DPOTrainer(
+        method, cfg, records, run_dir=run_dir, accelerator=accelerator, model=model, tokenizer=tokenizer
+    )
+    summary = trainer.train(resume=resume)
+    write_report(run_dir, summary)
+    print(json.dumps(summary, indent=2))
+
+
 def demo(
     out: Annotated[Path, typer.Option(help="Run folder.")] = Path("runs/demo"),
     seed: Annotated[int, typer.Option(help="Seed of the world, the policy and training.")] = 0,

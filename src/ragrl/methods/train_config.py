@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES
+from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES, PREFERENCE_LOSSES
 from ragrl.errors import RagrlError
 from ragrl.registry import Registry
 
@@ -116,6 +116,25 @@ class SFTConfig:
 
 
 @dataclass
+class DPOConfig:
+    """Preference training on (chosen, rejected) pairs (``ragrl dpo``; ``ragrl.train.dpo``)."""
+
+    beta: float = 0.1
+    loss_type: str = "sigmoid"
+    """``ragrl.algos.preference``: sigmoid (DPO), robust, hinge, ipo."""
+    label_smoothing: float = 0.0
+    reference_free: bool = False
+    """No reference model: the reference log-ratio is 0 (EVO-RAG's reference-free DPO)."""
+    batch_size: int = 8
+    """Pairs per optimizer step (global)."""
+    epochs: int = 1
+    max_steps: int = 0
+    """Stop after this many optimizer steps (0: run all epochs)."""
+    lr: float | None = None
+    """Learning rate for DPO (None: ``train.optim.lr``)."""
+
+
+@dataclass
 class StageConfig:
     """One stage of a staged run (``ragrl.train.stages``)."""
 
@@ -139,6 +158,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
     mixed_precision: str = "no"
     """accelerate's ``no`` / ``bf16`` / ``fp16`` (GPU); the CPU path stays fp32."""
     eval_every: int = 0
@@ -171,6 +191,7 @@ class TrainConfig:
             ("train.grpo.loss_agg", g.loss_agg, AGGREGATIONS),
             ("train.grpo.group_filter", g.group_filter, FILTERS),
             ("train.grpo.pg_loss", g.pg_loss, POLICY_LOSSES),
+            ("train.dpo.loss_type", self.dpo.loss_type, PREFERENCE_LOSSES),
         ):
             _check_name(key, name, registry)
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:
@@ -185,6 +206,8 @@ class TrainConfig:
             ("train.grpo.minibatches", g.minibatches),
             ("train.sft.batch_size", self.sft.batch_size),
             ("train.sft.epochs", self.sft.epochs),
+            ("train.dpo.batch_size", self.dpo.batch_size),
+            ("train.dpo.epochs", self.dpo.epochs),
         ):
             if value < 1:
                 raise RagrlError(f"{name} must be >= 1, got {value}")
@@ -193,6 +216,7 @@ class TrainConfig:
             ("train.grpo.micro_batch_size", g.micro_batch_size),
             ("train.grpo.refill_rounds", g.refill_rounds),
             ("train.sft.max_steps", self.sft.max_steps),
+            ("train.dpo.max_steps", self.dpo.max_steps),
             ("train.eval_every", self.eval_every),
             ("train.save_every", self.save_every),
         ):
@@ -215,6 +239,11 @@ class TrainConfig:
             self.mixed_precision = "no"
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise RagrlError(f"train.mixed_precision must be no|bf16|fp16, got {self.mixed_precision!r}")
+        if self.dpo.beta <= 0 or not 0.0 <= self.dpo.label_smoothing < 0.5:
+            raise RagrlError(
+                f"train.dpo.beta must be > 0 and train.dpo.label_smoothing in [0, 0.5), got {self.dpo.beta} "
+                f"and {self.dpo.label_smoothing}"
+            )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
         if self.best_metric and not self.best_metric.startswith("eval/"):

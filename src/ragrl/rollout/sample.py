@@ -62,3 +62,24 @@ class Sample:
     @property
     def num_policy_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+@dataclass
+class PreferencePair:
+    """Two responses to the same prompt, one preferred (DPO's training record). EVO-RAG makes them from
+    sibling candidates at a visited state; a file of them trains with ``ragrl dpo``."""
+
+    chosen: Sample
+    rejected: Sample
+    margin: float = 0.0
+    """How much better the chosen response scored (kept for filtering and logs)."""
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.chosen.prompt_ids != self.rejected.prompt_ids:
+            raise ValueError(
+                f"preference pair {self.id!r}: the chosen and rejected responses need one prompt"
+            )
+        for side in (self.chosen, self.rejected):
+            if not side.prompt_ids or not any(side.loss_mask):
+                raise ValueError(f"preference pair {self.id!r}: each side needs a prompt and a trained token")
