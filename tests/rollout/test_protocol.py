@@ -7,6 +7,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
+from ragrl.errors import RagrlError
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutConfig, RolloutEngine
 from ragrl.rollout.protocol import (
@@ -118,3 +119,107 @@ def test_safe_parse_turns_a_parser_bug_into_an_invalid_action():
 
     a = Broken().safe_parse("anything", 3)
     assert a.kind == "invalid" and a.turn == 3 and "KeyError" in a.error
+
+
+class ReflectingProtocol(LookupProtocol):
+    """After the first answer, ask once for a reflection in the same episode."""
+
+    name = "reflecting"
+
+    def after_answer(self, trajectory, action):
+        return "\n[reflect]\n" if len(trajectory.answers) < 2 else None
+
+
+def test_a_reflection_pass_continues_the_episode_and_keeps_every_answer():
+    turns = iter(["<final> Lyon </final>", "<final> Paris </final>", "<final> never </final>"])
+    tok = tokenizer()
+    engine = RolloutEngine(
+        ScriptedBackend(tok, lambda p, i: next(turns)), None, ReflectingProtocol(), RolloutConfig(max_turns=4)
+    )
+    [traj] = engine.run([Example("q", "What is the capital of France?", ["Paris"])])
+    assert [(s.kind, s.text) for s in traj.segments] == [
+        ("policy", "<final> Lyon </final>"),
+        ("env", "\n[reflect]\n"),
+        ("policy", "<final> Paris </final>"),
+    ]
+    assert traj.answers == ["Lyon", "Paris"] and traj.final_answer == "Paris"
+    assert traj.finish_reason == "answer" and not traj.truncated
+    # the reflection instruction is context, never a target: the mask covers exactly the two answers
+    policy = [t for s in traj.segments if s.kind == "policy" for t in s.token_ids]
+    assert [t for t, m in zip(traj.completion_ids, traj.loss_mask, strict=True) if m] == policy
+    assert sum(traj.loss_mask) == len(policy) and len(traj.loss_mask) == len(traj.completion_ids)
+
+
+def test_no_reflection_without_a_turn_left():
+    turns = iter(["<final> Lyon </final>"])
+    engine = RolloutEngine(
+        ScriptedBackend(tokenizer(), lambda p, i: next(turns)),
+        None,
+        ReflectingProtocol(),
+        RolloutConfig(max_turns=1),
+    )
+    [traj] = engine.run([Example("q", "What is the capital of France?", ["Paris"])])
+    assert traj.answers == ["Lyon"] and traj.finish_reason == "answer" and len(traj.segments) == 1
+
+
+class BacktrackingProtocol(LookupProtocol):
+    """<lookup>, <final>, and <back/>: drop the previous step from the context."""
+
+    name = "backtracking"
+    backtracks = True
+    stop = ("</lookup>", "</final>", "<back/>")
+
+    def parse(self, text, turn):
+        if "<back/>" in text:
+            return Action("backtrack", turn=turn)
+        return super().parse(text, turn)
+
+
+def test_a_backtrack_drops_the_previous_step_and_each_step_trains_on_what_the_policy_saw():
+    from ragrl.rollout.stepwise import StepwiseRollout
+
+    retriever = BM25Retriever.build(
+        [Passage.make("Paris", "Paris is the capital of France."), Passage.make("Lyon", "Lyon is in France.")]
+    )
+    replies = [
+        "<lookup> capital of France </lookup>",
+        "<lookup> Lyon </lookup>",
+        "<back/>",
+        "<final> Paris </final>",
+    ]
+    seen: list[list[int]] = []
+
+    def policy(prompt, i):  # noqa: ANN001, ANN202
+        seen.append(list(prompt))
+        return replies[len(seen) - 1]
+
+    tok = tokenizer()
+    rollout = StepwiseRollout(
+        ScriptedBackend(tok, policy), retriever, BacktrackingProtocol(), RolloutConfig(k=1)
+    )
+    [traj] = rollout.run([Example("q", "What is the capital of France?", ["Paris"])])
+    # the record keeps every segment in time order
+    kinds = [(s.kind, s.text) for s in traj.segments]
+    assert kinds == [
+        ("policy", replies[0]), ("env", "\n[Paris]\n"), ("policy", replies[1]), ("env", "\n[Lyon]\n"),
+        ("policy", "<back/>"), ("policy", replies[3]),
+    ]  # fmt: skip
+    assert traj.final_answer == "Paris" and [a.kind for a in traj.actions] == [
+        "search",
+        "search",
+        "backtrack",
+        "answer",
+    ]
+    seg = [s.token_ids for s in traj.segments]
+    prompt = traj.prompt_ids
+    # after the backtrack the policy sees its first step only: the Lyon step and the <back/> are gone
+    assert seen[3] == prompt + seg[0] + seg[1]
+    assert seen[2] == prompt + seg[0] + seg[1] + seg[2] + seg[3]
+    samples = rollout.samples([traj])
+    assert [s.step for s in samples] == [0, 1, 2, 3]
+    for sample, k, policy_index in zip(samples, range(4), (0, 2, 4, 5), strict=True):
+        assert sample.prompt_ids == seen[k]  # each step trains on exactly the context it was sampled from
+        assert sample.completion_ids == seg[policy_index] and sample.loss_mask == [1] * len(seg[policy_index])
+    # the linear engine refuses a protocol whose episodes are not linear
+    with pytest.raises(RagrlError, match="backtracks, so its episodes are not linear"):
+        RolloutEngine(ScriptedBackend(tok, policy), retriever, BacktrackingProtocol(), RolloutConfig())

@@ -253,3 +253,15 @@ def test_the_filter_reads_the_component_the_config_names(world_dir, tmp_path):
     assert set(scores.tolist()) <= {0.0, 1.0}  # EM, not the distinct-token total
     with pytest.raises(RagrlError, match="group_filter_on: 'f1' is neither 'total' nor a reward component"):
         load_method("search_r1-tiny", ["train.grpo.group_filter_on=f1"])
+
+
+def test_the_stepwise_rollout_trains_one_sample_per_turn(world_dir, tmp_path):
+    from ragrl.rollout.stepwise import StepwiseRollout
+
+    method = small_method(world_dir, tmp_path / "run", "rollout.kind=stepwise", "train.steps=1")
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    assert isinstance(trainer.rollout, StepwiseRollout)
+    before = weights(trainer)
+    metrics = trainer.step()
+    assert 16 < metrics["samples"] <= 32
+    assert any(not torch.equal(before[k], v) for k, v in weights(trainer).items())

@@ -145,16 +145,40 @@ class _Episode:
     t_generate: float = 0.0
     t_retrieve: float = 0.0
     pending: list[tuple[Action, Segment | None]] = field(default_factory=list)
+    active: list[int] = field(default_factory=list)
+    """Indices of the segments the policy sees (all of them, unless a backtrack dropped some)."""
+    steps: list[list[int]] = field(default_factory=list)
+    """The segments each step added to the active context (what a backtrack takes back)."""
+    contexts: list[list[int]] = field(default_factory=list)
+    """Per policy segment, in order: the active segments it was generated after."""
 
     @property
     def used(self) -> int:
-        return sum(len(s.token_ids) for s in self.traj.segments)
+        """Tokens of the active context (the token budget counts what the policy sees)."""
+        return sum(len(self.traj.segments[i].token_ids) for i in self.active)
+
+    def add(self, segment: Segment) -> None:
+        """Append a segment to the record, the active context and the current step."""
+        self.traj.segments.append(segment)
+        self.active.append(len(self.traj.segments) - 1)
+        self.steps[-1].append(len(self.traj.segments) - 1)
+
+    def backtrack(self) -> None:
+        """Drop the backtrack step itself and the step before it from the active context; the record
+        keeps every segment, and the step count goes on (EVO-RAG's BACKTRACK)."""
+        for step in self.steps[-2:]:
+            self.active = [i for i in self.active if i not in step]
+        del self.steps[-2:]
 
 
 @register_rollout("multi_turn")
 class RolloutEngine:
     """The linear multi-turn rollout (see the module docstring): one ``Trajectory`` per episode, one
     training sample per episode."""
+
+    keeps_step_contexts = False
+    """True in ``StepwiseRollout``: each trajectory records the context of every step
+    (``metadata["contexts"]``), so a backtracking protocol may drop context."""
 
     def __init__(
         self,
@@ -168,6 +192,11 @@ class RolloutEngine:
         self.protocol = protocol
         self.config = config or RolloutConfig()
         self.tokenizer = backend.tokenizer
+        if getattr(protocol, "backtracks", False) and not self.keeps_step_contexts:
+            raise RagrlError(
+                f"the {protocol.name} protocol backtracks, so its episodes are not linear: use rollout.kind "
+                "stepwise (one training sample per step, each with the context the policy saw)"
+            )
 
     # -- helpers ------------------------------------------------------------------------------------
     def _decode(self, ids: Sequence[int]) -> str:
@@ -178,6 +207,8 @@ class RolloutEngine:
 
     def _finish(self, ep: _Episode, reason: str, *, truncated: bool, t0: float) -> None:
         ep.done = True
+        if self.keeps_step_contexts:
+            ep.traj.metadata["contexts"] = [list(c) for c in ep.contexts]
         ep.traj.finish_reason = reason
         ep.traj.truncated = truncated
         ep.traj.timings = {
@@ -200,7 +231,7 @@ class RolloutEngine:
             ids, truncated = ids[: max(remaining, 0)], True
         if ids:
             seg_text = self._decode(ids) if truncated else text
-            ep.traj.segments.append(Segment("env", ids, seg_text, truncated=truncated))
+            ep.add(Segment("env", ids, seg_text, truncated=truncated))
         if over_budget or ep.used >= cfg.max_total_tokens:
             self._finish(ep, "max_tokens", truncated=True, t0=t0)
 
@@ -272,9 +303,16 @@ class RolloutEngine:
             action.turn = turn
             ep.traj.actions.append(action)
 
+            if self.protocol.is_backtrack(action):
+                ep.backtrack()  # the step before and this one leave the context; the turn count goes on
+                continue
             if self.protocol.is_final(action):
                 ep.traj.final_answer = action.content
-                self._finish(ep, "answer", truncated=False, t0=t0)
+                again = self.protocol.after_answer(ep.traj, action) if execute_search else None
+                if again is None or finish == "eos" or cfg.max_total_tokens - ep.used <= 0:
+                    self._finish(ep, "answer", truncated=False, t0=t0)
+                else:  # one more pass in the same episode (a reflection): its answer, if any, is final
+                    self._append_obs(ep, again, t0)
                 continue
             if finish == "eos":
                 if action.kind != "invalid" and action.error is None:
@@ -317,18 +355,28 @@ class RolloutEngine:
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
 
+    def _context_ids(self, ep: _Episode) -> list[int]:
+        """The tokens after the prompt that the policy sees: its active segments, in order."""
+        return [t for i in ep.active for t in ep.traj.segments[i].token_ids]
+
     def _allowance(self, ep: _Episode) -> int:
         """New tokens the episode may generate now: ``max_new_tokens``, shrunk to the total budget left."""
         return min(self.config.max_new_tokens, self.config.max_total_tokens - ep.used)
 
     def _generate(
-        self, pairs: list[tuple[_Episode, int]], step: int, seed: int | None, stop: tuple[str, ...]
+        self,
+        pairs: list[tuple[_Episode, int]],
+        step: int,
+        seed: int | None,
+        stop: tuple[str, ...],
+        *,
+        new_step: bool = True,
     ) -> list[tuple[str, str]]:
         """One batched generate call: each episode's prompt plus its segments so far, at most its
         allowance of new tokens; appends each generation as a policy segment and returns
         ``(text, finish_reason)`` per episode. ``step`` derives the sampling seeds."""
         cfg = self.config
-        prompts = [ep.traj.prompt_ids + ep.traj.completion_ids for ep, _ in pairs]
+        prompts = [ep.traj.prompt_ids + self._context_ids(ep) for ep, _ in pairs]
         seeds = None
         if seed is not None:
             seeds = tuple(
@@ -346,7 +394,10 @@ class RolloutEngine:
             ep.t_generate += dt
             ids, logprobs, finish = _cut(gen, a)
             text = self._decode(ids)
-            ep.traj.segments.append(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
+            if new_step:  # a turn opens a step; a follow-up belongs to its search's step
+                ep.steps.append([])
+            ep.contexts.append(list(ep.active))
+            ep.add(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
             out.append((text, finish))
         return out
 
@@ -358,7 +409,9 @@ class RolloutEngine:
         if not pairs:
             return
         # its own seed stream: FOLLOWUP_STEP + turn never collides with a turn index
-        results = self._generate(pairs, FOLLOWUP_STEP + turn, seed, self.protocol.followup_stop)
+        results = self._generate(
+            pairs, FOLLOWUP_STEP + turn, seed, self.protocol.followup_stop, new_step=False
+        )
         for (ep, _), (text, finish) in zip(pairs, results, strict=True):
             ep.traj.actions.append(self.protocol.parse_followup(text, turn))
             if finish == "eos":

@@ -29,7 +29,7 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.llm.chat import encode_messages, render_plain
 from ragrl.retrieval.base import Hit
-from ragrl.rollout.trajectory import Action
+from ragrl.rollout.trajectory import Action, Trajectory
 
 # -- tag helpers ----------------------------------------------------------------------------------
 
@@ -119,6 +119,9 @@ class Protocol(ABC):
     name: str = "protocol"
     stop: tuple[str, ...] = ()
     needs_retriever: bool = True  # False: the policy reads given passages (ragrl eval needs no --index)
+    backtracks: bool = False
+    """True: the protocol has a backtrack action (``is_backtrack``), so its episodes are not linear and
+    need ``rollout.kind: stepwise``."""
     followup_stop: tuple[str, ...] = ()
     """Non-empty: after every executed search's observation the engine runs one more policy generation,
     stopped by these strings (or EOS, or the token budgets), and records ``parse_followup`` of it. It
@@ -166,8 +169,19 @@ class Protocol(ABC):
     def is_final(self, action: Action) -> bool:
         return action.kind == "answer"
 
+    def after_answer(self, trajectory: Trajectory, action: Action) -> str | None:
+        """What the environment appends after an answer to ask for one more pass in the same episode
+        (TIRESRAG-R1's reflection: the policy may revise its answer), or None to end the episode (the
+        default). The engine keeps every answer (``Trajectory.answers``); the last one is final. It is
+        called only while another turn is left, so a protocol that always asks still ends."""
+        return None
+
     def is_search(self, action: Action) -> bool:
         return action.kind == "search"
+
+    def is_backtrack(self, action: Action) -> bool:
+        """A backtrack drops the previous step from the context the policy sees (``backtracks``)."""
+        return self.backtracks and action.kind == "backtrack"
 
     def safe_parse(self, text: str, turn: int) -> Action:
         """``parse``, with any exception turned into an invalid action (a last line of defence)."""

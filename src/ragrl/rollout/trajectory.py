@@ -111,6 +111,11 @@ class Trajectory:
         return sum(len(s.token_ids) for s in self.segments if s.kind == "policy")
 
     @property
+    def answers(self) -> list[str]:
+        """Every answer given, in order (more than one after a reflection pass; the last is final)."""
+        return [a.content for a in self.actions if a.kind == "answer"]
+
+    @property
     def queries(self) -> list[str]:
         return [a.content for a in self.actions if a.kind == "search"]
 
