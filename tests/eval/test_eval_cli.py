@@ -171,3 +171,35 @@ def test_null_retriever():
         r.search(["a"], k=0)
     with pytest.raises(RagrlError, match="no index to save"):
         r.save("somewhere")
+
+
+def test_reward_prints_one_line_per_step_with_per_step_components(world_dir, tmp_path):
+    from ragrl.rewards import register_reward, reward_names
+
+    if "test_cli_per_step" not in reward_names():
+
+        @register_reward("test_cli_per_step", per_step=True)
+        def per_step(trajectory, example, ctx):  # noqa: ANN001, ANN202
+            return [1.0 if a.kind == "search" else 0.0 for a in trajectory.actions]
+
+    _eval(world_dir, tmp_path / "oracle", "--demonstrator", "oracle", "--n", "2")
+    spec = (
+        "reward=[{name: test_cli_per_step, step_weight: {early: 2.0, late: 1.0, horizon: 4}}, "
+        "{name: em, weight: 0.5}]"
+    )
+    result = runner.invoke(
+        app,
+        ["reward", "search_r1", "--completions", str(tmp_path / "oracle" / "trajectories.jsonl"),
+         "--gold", str(world_dir / "test.jsonl"), "--set", spec],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    first = rows[0]["id"]
+    steps = [r for r in rows if r.get("id") == first and "t" in r]
+    (episode,) = [r for r in rows if r.get("id") == first and "return" in r]
+    trajs = read_trajectories(tmp_path / "oracle" / "trajectories.jsonl")
+    actions = next(t for t in trajs if t.example_id == first).actions
+    assert [r["t"] for r in steps] == list(range(len(actions)))
+    assert [r["test_cli_per_step"] for r in steps] == [1.0 if a.kind == "search" else 0.0 for a in actions]
+    assert steps[0]["weights"]["test_cli_per_step"] == 2.0 and steps[-1]["weights"]["em"] == 0.5
+    assert episode["return"] == pytest.approx(sum(r["R_t"] for r in steps)) and episode["em"] == 1.0

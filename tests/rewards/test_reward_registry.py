@@ -98,3 +98,61 @@ def test_a_scheduled_weight_changes_with_training_progress():
     assert late.total == pytest.approx(1.0 + 0.6 * 0.192, abs=5e-4)
     with pytest.raises(RagrlError, match=r"reward\[0\] \(em\) schedule: unknown weight schedule 'nope'"):
         build_reward([{"name": "em", "schedule": {"name": "nope"}}])
+
+
+@register_reward("test_searched_per_step", per_step=True)
+def searched_per_step(trajectory, example, ctx):
+    """1 for every step that searched, 0 otherwise (one value per policy turn)."""
+    return [1.0 if a.kind == "search" else 0.0 for a in trajectory.actions]
+
+
+def test_evo_rag_step_weights_match_the_spec_table():
+    from ragrl.rewards.registry import StepWeight
+
+    beta_stage1 = StepWeight(early=2.0, late=1.0, horizon=20)
+    kappa_stage2 = StepWeight(early=0.10, late=1.00, horizon=20)
+    eta_stage2 = StepWeight(early=0.05, late=0.10, horizon=20)
+    assert [beta_stage1(t) for t in (0, 5, 6, 10, 15, 19)] == pytest.approx([2.0, 1.75, 1.7, 1.5, 1.25, 1.05])
+    assert [kappa_stage2(t) for t in (0, 5, 6, 10, 15, 19)] == pytest.approx(
+        [0.1, 0.325, 0.37, 0.55, 0.775, 0.955]
+    )
+    assert eta_stage2(19) == pytest.approx(0.0975) and eta_stage2(40) == pytest.approx(0.10)  # p capped at 1
+
+
+def test_per_step_rewards_give_every_step_its_reward_and_the_episode_its_return():
+    reward = build_reward(
+        [
+            {"name": "test_searched_per_step", "step_weight": {"early": 2.0, "late": 1.0, "horizon": 2}},
+            {"name": "em", "weight": 0.5},
+        ]
+    )
+    assert reward.per_step and reward.describe()[0]["step_weight"] == {
+        "early": 2.0,
+        "late": 1.0,
+        "horizon": 2,
+    }
+    traj = _traj("Tolan")  # a search (step 0), then the answer (step 1)
+    traj.actions.insert(1, Action("search", "again", 1))  # search, search, answer
+    (r,) = reward.score([traj], [EX])
+    # step weights 2, 1.5, 1; searched 1, 1, 0; em 1 × 0.5 counts at the last step
+    assert r.steps == pytest.approx([2.0, 1.5, 0.5]) and r.total == pytest.approx(4.0)
+    assert r.step_components == {"test_searched_per_step": [1.0, 1.0, 0.0]}
+    assert r.step_weights["test_searched_per_step"] == pytest.approx([2.0, 1.5, 1.0])
+    assert r.step_weights["em"] == [0.0, 0.0, 0.5] and r.components == {
+        "test_searched_per_step": 2.0,
+        "em": 1.0,
+    }
+
+
+def test_per_step_errors():
+    with pytest.raises(RagrlError, match=r"reward\[0\] \(em\): step_weight needs a per-step component"):
+        build_reward([{"name": "em", "step_weight": {"early": 1, "late": 2, "horizon": 3}}])
+    with pytest.raises(RagrlError, match="step_weight is"):
+        build_reward([{"name": "test_searched_per_step", "step_weight": {"early": 1}}])
+
+    @register_reward("test_bad_per_step", per_step=True)
+    def bad(trajectory, example, ctx):
+        return 1.0
+
+    with pytest.raises(RagrlError, match="is per step: it must return a non-empty list"):
+        build_reward([{"name": "test_bad_per_step"}])(_traj("Tolan"), EX)

@@ -265,3 +265,17 @@ def test_the_stepwise_rollout_trains_one_sample_per_turn(world_dir, tmp_path):
     metrics = trainer.step()
     assert 16 < metrics["samples"] <= 32
     assert any(not torch.equal(before[k], v) for k, v in weights(trainer).items())
+
+
+def test_a_sample_is_rewarded_with_the_return_from_its_step():
+    from ragrl.rewards.registry import RewardResult
+    from ragrl.rollout.sample import Sample
+    from ragrl.train.grpo import _sample_reward
+
+    stepwise = RewardResult(6.0, {}, steps=[1.0, 2.0, 3.0])
+    assert [_sample_reward(stepwise, Sample([1], [2], [1], [0.0], group=0, step=k)) for k in range(3)] == [
+        6.0,
+        5.0,
+        3.0,
+    ]
+    assert _sample_reward(RewardResult(0.7, {}), Sample([1], [2], [1], [0.0], group=0, step=2)) == 0.7

@@ -209,8 +209,10 @@ def reward_command(
     ] = 0,
 ) -> None:
     """Re-score saved completions or trajectories with a method's reward: one JSON object per example
-    (id, every component, the weights when a schedule changes them, total), then the means. The whole
-    file is scored as one batch (a batched component, such as an LLM judge, sees every episode)."""
+    (id, every component, the weights when a schedule changes them, total), then the means. With
+    per-step components: one object per step (id, t, each per-step component, the weights, R_t) and one
+    per episode (id, component sums, return). The whole file is scored as one batch (a batched
+    component, such as an LLM judge, sees every episode)."""
     from ragrl.data.io import iter_jsonl, read_examples
     from ragrl.data.schema import Example
     from ragrl.methods import load_method
@@ -253,6 +255,13 @@ def reward_command(
         totals.append(result.total)
         for k, v in result.components.items():
             components[k].append(v)
+        if result.steps is not None:  # per-step rewards: one line per step, then the episode's return
+            for t, r_t in enumerate(result.steps):
+                raw = {k: v[t] for k, v in result.step_components.items()}
+                ws = {k: v[t] for k, v in result.step_weights.items()}
+                typer.echo(json.dumps({"id": ex_id, "t": t, **raw, "weights": ws, "R_t": r_t}))
+            typer.echo(json.dumps({"id": ex_id, **result.components, "return": result.total}))
+            continue
         weights = {"weights": result.weights} if method_obj.reward.scheduled else {}
         typer.echo(json.dumps({"id": ex_id, **result.components, **weights, "total": result.total}))
     if unknown:

@@ -16,7 +16,10 @@ A method's reward is a list of named, weighted components, written in its YAML a
       - {name: f1, weight: 0.5, schedule: {name: sigmoid_decay, center: 0.9, width: 10}}
 
 A ``schedule`` multiplies the weight by a function of training progress (``ragrl.rewards.schedules``;
-TIRESRAG-R1's annealed a_t is ``sigmoid_decay``). ``build_reward(spec)`` turns the list into a
+TIRESRAG-R1's annealed a_t is ``sigmoid_decay``). A component registered with ``per_step=True`` returns
+one value per step of the episode; a ``step_weight: {early, late, horizon}`` then moves its weight
+inside the episode (EVO-RAG's scheduler), and the result carries every step's reward ``R_t`` and the
+episode's return. ``build_reward(spec)`` turns the list into a
 ``CompositeReward``; ``score(trajectories, examples, ctx)`` returns one ``RewardResult`` per episode
 with the weighted total, every component's raw value and the weights in force, which the trainer
 logs per step. Methods register their own components in their own module; nothing in the core changes
@@ -53,19 +56,48 @@ RewardFn = Callable[..., float]
 
 REWARDS: Registry[RewardFn] = Registry("reward")
 _BATCHED: set[str] = set()
+_PER_STEP: set[str] = set()
 
 
-def register_reward(name: str, *, batched: bool = False) -> Callable[[RewardFn], RewardFn]:
-    """Register ``fn(trajectory, example, ctx, **params) -> float`` under ``name``, or with
-    ``batched=True`` ``fn(trajectories, examples, ctx, **params) -> list[float]``."""
+def register_reward(
+    name: str, *, batched: bool = False, per_step: bool = False
+) -> Callable[[RewardFn], RewardFn]:
+    """Register ``fn(trajectory, example, ctx, **params) -> float`` under ``name``; with
+    ``batched=True`` ``fn(trajectories, examples, ctx, **params) -> list[...]`` (one value per episode);
+    with ``per_step=True`` a value is a list with one number per step (policy turn) of the episode."""
 
     def decorate(fn: RewardFn) -> RewardFn:
         REWARDS.register(name)(fn)
         if batched:
             _BATCHED.add(name)
+        if per_step:
+            _PER_STEP.add(name)
         return fn
 
     return decorate
+
+
+@dataclass(frozen=True)
+class StepWeight:
+    """A per-step weight that moves inside an episode: ``(1 − p)·early + p·late`` with
+    ``p = min(t / horizon, 1)`` at step ``t`` (0-based); EVO-RAG's time-based scheduler (spec §2.3)."""
+
+    early: float
+    late: float
+    horizon: int
+
+    def __call__(self, t: int) -> float:
+        p = min(t / self.horizon, 1.0)
+        return (1.0 - p) * self.early + p * self.late
+
+    @classmethod
+    def build(cls, spec: Any) -> StepWeight:
+        if not isinstance(spec, Mapping) or set(spec) - {"early", "late", "horizon"} or "horizon" not in spec:
+            raise RagrlError(f"step_weight is {{early, late, horizon}}, got {spec!r}")
+        out = cls(float(spec.get("early", 1.0)), float(spec.get("late", 1.0)), int(spec["horizon"]))
+        if out.horizon < 1:
+            raise RagrlError(f"step_weight.horizon must be >= 1, got {out.horizon}")
+        return out
 
 
 def get_reward(name: str) -> RewardFn:
@@ -91,18 +123,29 @@ class RewardComponent:
     """``fn`` scores a whole batch in one call (``register_reward(..., batched=True)``)."""
     schedule: Schedule | None = None
     """Multiplies ``weight`` by a function of training progress (None: constant)."""
+    per_step: bool = False
+    """``fn`` returns one value per step of the episode (``register_reward(..., per_step=True)``)."""
+    step_weight: StepWeight | None = None
+    """Multiplies ``weight`` by a function of the step index inside the episode (per-step only)."""
 
     def weight_at(self, ctx: RewardContext) -> float:
         if self.schedule is None:
             return self.weight
         return self.weight * self.schedule(ctx.step, ctx.total_steps)
 
+    def _value(self, v: Any) -> Any:
+        if not self.per_step:
+            return float(v)
+        if not isinstance(v, (list, tuple)) or not v:
+            raise RagrlError(f"reward component {self.key!r} is per step: it must return a non-empty list")
+        return [float(x) for x in v]
+
     def values(
         self, trajectories: list[Trajectory], examples: list[Example], ctx: RewardContext
-    ) -> list[float]:
+    ) -> list[Any]:
         """The raw value of every episode: one batched call, or one call per episode."""
         if self.batched:
-            out = [float(v) for v in self.fn(trajectories, examples, ctx, **self.params)]
+            out = [self._value(v) for v in self.fn(trajectories, examples, ctx, **self.params)]
             if len(out) != len(trajectories):
                 raise RagrlError(
                     f"reward component {self.key!r} returned {len(out)} values for "
@@ -110,9 +153,9 @@ class RewardComponent:
                 )
         else:
             pairs = zip(trajectories, examples, strict=True)
-            out = [float(self.fn(t, e, ctx, **self.params)) for t, e in pairs]
+            out = [self._value(self.fn(t, e, ctx, **self.params)) for t, e in pairs]
         for v, e in zip(out, examples, strict=True):
-            if not math.isfinite(v):
+            if not all(math.isfinite(x) for x in (v if self.per_step else [v])):
                 raise RagrlError(f"reward component {self.key!r} returned {v} for example {e.id!r}")
         return out
 
@@ -123,7 +166,15 @@ class RewardResult:
     components: dict[str, float]
     """Raw (unweighted) value of every component, by reporting key."""
     weights: dict[str, float] = field(default_factory=dict)
-    """The weight of every component at this step (they differ from the config's under a schedule)."""
+    """The weight of every component at this training step (they differ from the config's under a
+    schedule)."""
+    steps: list[float] | None = None
+    """With per-step components: the reward of every step of the episode, ``R_t = Σ_k w_k(t)·r_k(t)``
+    (episode-level components count at the last step); ``total`` is their sum."""
+    step_components: dict[str, list[float]] = field(default_factory=dict)
+    """Per-step components' raw values, step by step (``components`` holds their sums)."""
+    step_weights: dict[str, list[float]] = field(default_factory=dict)
+    """Every component's weight at each step (per-step runs only)."""
 
 
 class CompositeReward:
@@ -156,15 +207,45 @@ class CompositeReward:
         weights = {c.key: c.weight_at(ctx) for c in self.components}
         columns = {c.key: c.values(trajectories, examples, ctx) for c in self.components}
         results = []
-        for i in range(len(trajectories)):
+        for i, example in enumerate(examples):
             values = {key: column[i] for key, column in columns.items()}
-            total = sum(weights[key] * v for key, v in values.items())
-            results.append(RewardResult(total, values, dict(weights)))
+            if any(c.per_step for c in self.components):
+                results.append(self._per_step_result(values, weights, example))
+            else:
+                total = sum(weights[key] * v for key, v in values.items())
+                results.append(RewardResult(total, values, dict(weights)))
         return results
+
+    def _per_step_result(
+        self, values: dict[str, Any], weights: dict[str, float], example: Example
+    ) -> RewardResult:
+        """``R_t = Σ_k w_k(t)·r_k(t)`` over the per-step components, episode-level ones at the last step."""
+        lengths = {len(values[c.key]) for c in self.components if c.per_step}
+        if len(lengths) != 1:
+            raise RagrlError(f"per-step reward components disagree on the number of steps of {example.id!r}")
+        n = lengths.pop()
+        steps = [0.0] * n
+        step_weights: dict[str, list[float]] = {}
+        for c in self.components:
+            if c.per_step:
+                ws = [weights[c.key] * (c.step_weight(t) if c.step_weight else 1.0) for t in range(n)]
+                steps = [r + w * v for r, w, v in zip(steps, ws, values[c.key], strict=True)]
+            else:
+                ws = [0.0] * (n - 1) + [weights[c.key]]
+                steps[-1] += weights[c.key] * values[c.key]
+            step_weights[c.key] = ws
+        per_step = {c.key: values[c.key] for c in self.components if c.per_step}
+        sums = {key: (math.fsum(v) if key in per_step else v) for key, v in values.items()}
+        return RewardResult(math.fsum(steps), sums, dict(weights), steps, per_step, step_weights)
 
     @property
     def keys(self) -> list[str]:
         return [c.key for c in self.components]
+
+    @property
+    def per_step(self) -> bool:
+        """Some component scores every step: results carry ``steps``."""
+        return any(c.per_step for c in self.components)
 
     @property
     def scheduled(self) -> bool:
@@ -176,6 +257,9 @@ class CompositeReward:
             entry = {"name": c.name, "key": c.key, "weight": c.weight, **dict(c.params)}
             if c.schedule is not None:
                 entry["schedule"] = c.schedule.describe()
+            if c.step_weight is not None:
+                entry["step_weight"] = {"early": c.step_weight.early, "late": c.step_weight.late,
+                                        "horizon": c.step_weight.horizon}  # fmt: skip
             out.append(entry)
         return out
 
@@ -195,6 +279,7 @@ def build_reward(spec: Iterable[Mapping[str, Any]]) -> CompositeReward:
         weight = float(entry.pop("weight", 1.0))
         key = str(entry.pop("key", name))
         schedule_spec = entry.pop("schedule", None)
+        step_weight_spec = entry.pop("step_weight", None)
         fn = get_reward(name)
         schedule = None
         if schedule_spec is not None:
@@ -202,6 +287,14 @@ def build_reward(spec: Iterable[Mapping[str, Any]]) -> CompositeReward:
                 schedule = build_schedule(schedule_spec)
             except RagrlError as e:
                 raise RagrlError(f"reward[{i}] ({name}) schedule: {e}") from None
+        step_weight = None
+        if step_weight_spec is not None:
+            if name not in _PER_STEP:
+                raise RagrlError(f"reward[{i}] ({name}): step_weight needs a per-step component")
+            try:
+                step_weight = StepWeight.build(step_weight_spec)
+            except (RagrlError, TypeError, ValueError) as e:
+                raise RagrlError(f"reward[{i}] ({name}): {e}") from None
         own = ("trajectories", "examples", "ctx") if name in _BATCHED else ("trajectory", "example", "ctx")
         accepted = inspect.signature(fn).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
@@ -212,5 +305,9 @@ def build_reward(spec: Iterable[Mapping[str, Any]]) -> CompositeReward:
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:
             raise RagrlError(f"reward[{i}]: two components are reported as {key!r}; give one a 'key'")
-        components.append(RewardComponent(name, fn, weight, entry, key, name in _BATCHED, schedule))
+        components.append(
+            RewardComponent(
+                name, fn, weight, entry, key, name in _BATCHED, schedule, name in _PER_STEP, step_weight
+            )
+        )
     return CompositeReward(components)

@@ -62,6 +62,14 @@ class _Round:
     """Per sample: kept by the group filter."""
 
 
+def _sample_reward(result: RewardResult, sample: Sample) -> float:
+    """A sample's reward: its episode's total, or with per-step rewards the return from its step on
+    (a linear episode's one sample, at step 0, gets the whole return)."""
+    if result.steps is None:
+        return result.total
+    return math.fsum(result.steps[sample.step :])
+
+
 def _kept_groups(rounds: list[_Round]) -> int:
     return len({s.group for r in rounds for s, k in zip(r.samples, r.keep, strict=True) if k})
 
@@ -173,7 +181,7 @@ class GRPOTrainer(Trainer):
         # estimator may read every component), and the filter that drops groups that teach nothing
         samples = self.rollout.samples(episodes)
         rows = [s.episode for s in samples]
-        rewards = torch.tensor([results[i].total for i in rows], dtype=torch.float32)
+        rewards = torch.tensor([_sample_reward(results[x.episode], x) for x in samples], dtype=torch.float32)
         components = {
             key: torch.tensor([results[i].components[key] for i in rows], dtype=torch.float32)
             for key in self.method.reward.keys
