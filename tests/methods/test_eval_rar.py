@@ -221,7 +221,7 @@ VARIANTS = (
 def test_oracle_demonstrations_in_both_variants(bm25):
     for overrides in VARIANTS:
         m = method(*overrides)
-        backend = DemonstratorBackend.for_examples(TOK, m.oracle, [QUESTION], m.protocol)
+        backend = DemonstratorBackend.for_examples(TOK, m.oracle, [QUESTION], m.protocol, bm25, m.rollout.k)
         (t,) = RolloutEngine(backend, bm25, m.protocol, m.rollout).run([QUESTION], n=1)
         assert t.final_answer == "April 22, 1994", overrides
         assert t.queries == ["Who gave the Checkers speech?", "When did Richard Nixon die?"]

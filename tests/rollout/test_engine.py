@@ -360,24 +360,28 @@ class TitleDemonstrator:
         self.histories.append((example.id, list(history)))
         if not history:
             return f"<search> {example.question} </search>"
-        obs = history[-1][1]
-        title = obs.split("(Title: ", 1)[1].split(")", 1)[0] if "(Title: " in obs else "unknown"
+        passages = history[-1].passages
+        title = passages[0].title if passages else "unknown"
         return f"<think> read it </think> <answer> {title} </answer> trailing text after the stop"
 
 
 def test_demonstrator_backend_drives_the_engine(bm25):
     examples = [example(0, "Where was Alan Turing born?"), example(1, "What is the capital of France?")]
     demo = TitleDemonstrator()
-    backend = DemonstratorBackend.for_examples(TOK, demo, examples, PROTOCOL)
+    backend = DemonstratorBackend.for_examples(TOK, demo, examples, PROTOCOL, bm25, RolloutConfig().k)
     eng = RolloutEngine(backend, bm25, PROTOCOL, RolloutConfig())
     trajs = eng.run(examples, n=2)
     assert [t.final_answer for t in trajs] == ["Alan Turing", "Alan Turing", "Paris", "Paris"]
     assert backend.calls == 2
-    # the history the demonstrator saw: its own (stop-cut) text and the exact observation text
+    # the history the demonstrator saw, typed: its own (stop-cut) text, the exact observation text, the
+    # protocol's parse of its text, and the very passages the engine retrieved for that search
     second = [h for ex_id, h in demo.histories if h]
     assert len(second) == 4
     t0 = trajs[0]
-    assert second[0] == [(t0.segments[0].text, t0.segments[1].text)]
+    (turn,) = second[0]
+    assert (turn.text, turn.observation) == (t0.segments[0].text, t0.segments[1].text)
+    assert (turn.action.kind, turn.action.content) == ("search", t0.actions[0].content)
+    assert [p.id for p in turn.passages] == t0.actions[0].retrieved_ids
     assert t0.segments[-1].text.endswith("</answer>")  # cut at the stop string
 
 

@@ -1,4 +1,5 @@
-"""Demonstrators: the Search-R1 text format, the oracle and the heuristic measured against BM25."""
+"""Demonstrators: the Search-R1 text they write, and the oracle and heuristic played through the real
+rollout engine (Search-R1 protocol, BM25) on the small world."""
 
 from __future__ import annotations
 
@@ -7,22 +8,14 @@ import re
 
 import pytest
 
-from ragrl.data.schema import Passage
+from ragrl.llm.tiny import train_tokenizer
+from ragrl.methods import load_method
 from ragrl.metrics import exact_match
 from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.rollout.scripted import DemonstratorBackend, Turn
+from ragrl.rollout.trajectory import Action
 from ragrl.synth import UNANSWERABLE_ANSWER, generate_world
-from ragrl.synth.demonstrators import (
-    HeuristicDemonstrator,
-    OracleDemonstrator,
-    answer_kind,
-    extract_retrieved,
-    extract_retrieved_titles,
-    gold_hit_rate,
-    parse_turn,
-    render_information,
-    simulate,
-    simulate_episodes,
-)
+from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator, answer_kind
 
 TURN = re.compile(r"^<think> .+ </think>\n<(search|answer)> .+ </\1>$", re.DOTALL)
 
@@ -33,26 +26,36 @@ def setup():
     return world, BM25Retriever.build(world.corpus)
 
 
-def test_render_and_extract_round_trip():
-    ps = [
-        Passage.make("Zorvex Labs", "Zorvex Labs was founded by Mira Tolan."),
-        Passage.make("Tamrin", "A city."),
-    ]
-    obs = render_information(ps)
-    assert obs.strip().startswith("<information>") and obs.strip().endswith("</information>")
-    assert "Doc 1 (Title: Zorvex Labs) Zorvex Labs was founded by Mira Tolan." in obs
-    assert extract_retrieved(obs) == [(p.title, p.text) for p in ps]
-    assert extract_retrieved_titles(obs) == ["Zorvex Labs", "Tamrin"]
-    assert extract_retrieved_titles("no documents") == []
+@pytest.fixture(scope="module")
+def play(setup):
+    """Play a demonstrator through the Search-R1 rollout (k = 3, 4 turns) on the world's questions."""
+    world, retriever = setup
+    method = load_method("search_r1", ["rollout.k=3", "rollout.max_turns=4", "rollout.max_new_tokens=64"])
+    texts = [p.contents for p in world.corpus] + [ex.question for ex in world.splits["test"]]
+    tokenizer = train_tokenizer(texts, kind="word", vocab_size=8000)
+
+    def run(demonstrator, examples):  # noqa: ANN001, ANN202
+        backend = DemonstratorBackend.for_examples(
+            tokenizer, demonstrator, examples, method.protocol, retriever, method.rollout.k
+        )
+        return method.make_rollout(backend, retriever).run(list(examples), n=1, seed=0)
+
+    return run
 
 
-def test_parse_turn():
-    assert parse_turn("<think> x </think>\n<search> Who founded Zorvex Labs? </search>") == (
-        "search",
-        "Who founded Zorvex Labs?",
-    )
-    assert parse_turn("<think> x </think>\n<answer> Mira Tolan </answer>") == ("answer", "Mira Tolan")
-    assert parse_turn("<think> just thinking </think>") == ("invalid", "")
+def gold_hit_rate(trajectories, examples) -> float:
+    """Share of searches (matched to decomposition steps in order) whose retrieved passages hold that
+    step's gold passage, read from the typed actions; steps whose passage was removed are skipped."""
+    hits = total = 0
+    for t, ex in zip(trajectories, examples, strict=True):
+        removed = set(ex.metadata.get("removed_passage_ids", ()))
+        searches = [a for a in t.actions if a.kind == "search"]
+        for step, action in zip(ex.decomposition or [], searches, strict=False):
+            gold = [pid for pid in step.supporting_ids if pid not in removed]
+            if gold:
+                total += 1
+                hits += gold[0] in action.retrieved_ids
+    return hits / total if total else 0.0
 
 
 def test_answer_kind():
@@ -73,42 +76,43 @@ def test_oracle_follows_the_decomposition(setup):
     history = []
     for step in ex.decomposition:
         turn = oracle.next_turn(ex, history)
-        assert TURN.match(turn) and turn.endswith("</search>")
-        assert parse_turn(turn) == ("search", step.question)
-        history.append((turn, "<information>\n</information>"))
+        assert TURN.match(turn) and turn.endswith(f"<search> {step.question} </search>")
+        history.append(Turn(turn, "", Action("search", step.question)))
     final = oracle.next_turn(ex, history)
-    assert TURN.match(final) and parse_turn(final) == ("answer", ex.answers[0])
+    assert TURN.match(final) and final.endswith(f"<answer> {ex.answers[0]} </answer>")
     un = next(e for e in world.splits["test"] if not e.metadata["answerable"])
-    history = [("", "")] * len(un.decomposition)
-    assert parse_turn(oracle.next_turn(un, history)) == ("answer", UNANSWERABLE_ANSWER)
+    history = [Turn("", "", Action("search", "q"))] * len(un.decomposition)
+    assert oracle.next_turn(un, history).endswith(f"<answer> {UNANSWERABLE_ANSWER} </answer>")
 
 
-def test_oracle_and_heuristic_em_on_the_small_test_split(setup):
-    world, retriever = setup
+def test_oracle_and_heuristic_em_on_the_small_test_split(setup, play):
+    world, _ = setup
     test = world.splits["test"]
     answerable = [ex for ex in test if ex.metadata["answerable"]]
-    oracle_eps = simulate_episodes(OracleDemonstrator(), test, retriever, k=3, max_turns=4)
-    oracle_em = [exact_match(ep.prediction, ex.answers) for ep, ex in zip(oracle_eps, test, strict=True)]
+    oracle = play(OracleDemonstrator(), test)
+    oracle_em = [exact_match(t.final_answer or "", ex.answers) for t, ex in zip(oracle, test, strict=True)]
     assert sum(oracle_em) / len(test) >= 0.9
     assert sum(e for e, ex in zip(oracle_em, test, strict=True) if ex.metadata["answerable"]) >= 0.9 * len(
         answerable
     )
     # the oracle's sub-question searches find the gold passage of their hop (measured: 1.0)
-    assert gold_hit_rate(oracle_eps, test) >= 0.9
+    assert gold_hit_rate(oracle, test) >= 0.9
     assert all(
-        ep.answered and len(ep.queries) == len(ex.decomposition)
-        for ep, ex in zip(oracle_eps, test, strict=True)
+        t.finish_reason == "answer" and t.num_searches == len(ex.decomposition)
+        for t, ex in zip(oracle, test, strict=True)
     )
 
-    heuristic = HeuristicDemonstrator.from_world(world)
-    preds = simulate(heuristic, test, retriever, k=3, max_turns=4)
-    heuristic_em = sum(exact_match(p, ex.answers) for p, ex in zip(preds, test, strict=True)) / len(test)
+    heuristic = play(HeuristicDemonstrator.from_world(world), test)
+    heuristic_em = sum(
+        exact_match(t.final_answer or "", ex.answers) for t, ex in zip(heuristic, test, strict=True)
+    )
+    heuristic_em /= len(test)
     assert 0.15 <= heuristic_em <= 0.5  # measured 0.29 on seed 0
     assert heuristic_em <= sum(oracle_em) / len(test) - 0.4
 
 
-def test_heuristic_never_reads_gold(setup):
-    world, retriever = setup
+def test_heuristic_never_reads_gold(setup, play):
+    world, _ = setup
     heuristic = HeuristicDemonstrator.from_world(world)
     test = world.splits["test"][:30]
     blind = [
@@ -117,11 +121,9 @@ def test_heuristic_never_reads_gold(setup):
         )
         for ex in test
     ]
-    assert simulate(heuristic, test, retriever) == simulate(heuristic, blind, retriever)
-    eps = simulate_episodes(heuristic, test, retriever)
-    assert all(
-        len(ep.queries) == 1 and ep.queries[0] == ex.question for ep, ex in zip(eps, test, strict=True)
-    )
+    seen, unseen = play(heuristic, test), play(heuristic, blind)
+    assert [t.final_answer for t in seen] == [t.final_answer for t in unseen]
+    assert all(t.queries == [ex.question] for t, ex in zip(seen, test, strict=True))
 
 
 def test_heuristic_from_world_json(setup, tmp_path):
@@ -133,15 +135,20 @@ def test_heuristic_from_world_json(setup, tmp_path):
     )
 
 
-def test_invalid_turns_get_a_corrective_message_and_no_answer(setup):
-    world, retriever = setup
+def test_invalid_turns_get_a_corrective_message_and_no_answer(setup, play):
+    world, _ = setup
 
     class Mumbler:
         name = "mumbler"
 
         def next_turn(self, example, history):
-            return "<think> hmm </think>"
+            assert all(t.action.kind == "invalid" for t in history)  # the protocol's parse, typed
+            return "<think> hmm </think> <search> </search>"  # an empty query: invalid
 
-    eps = simulate_episodes(Mumbler(), world.splits["test"][:2], retriever, max_turns=3)
-    assert all(not ep.answered and ep.prediction == "" and len(ep.turns) == 3 for ep in eps)
-    assert "My previous action is invalid" in eps[0].turns[0][1]
+    trajs = play(Mumbler(), world.splits["test"][:2])
+    assert all(
+        t.final_answer is None and t.num_invalid == 4 and t.finish_reason == "max_turns" for t in trajs
+    )
+    assert [a.error for a in trajs[0].actions] == ["empty query"] * 4
+    corrective = trajs[0].segments[1]
+    assert corrective.kind == "env" and "<search>" in corrective.text  # the corrective message

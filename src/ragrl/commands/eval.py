@@ -140,8 +140,9 @@ def eval_command(
 
         tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
         policy: Any = DemonstratorBackend.for_examples(
-            tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol
-        )
+            tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
+            retriever, method_obj.rollout.k,
+        )  # fmt: skip
     elif backend == "vllm":
         from ragrl.llm.vllm_backend import VLLMBackend
 

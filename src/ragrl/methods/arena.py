@@ -571,7 +571,7 @@ class ArenaOracle:
     def __init__(self, output: str = "arena") -> None:
         self.output = output
 
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str:
+    def next_turn(self, example: Example, history: list[Any]) -> str:
         return oracle_reply(example, self.output)
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.schema import Example
+from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.search_r1 import (
@@ -53,12 +53,9 @@ from ragrl.metrics.answer import exact_match
 from ragrl.metrics.normalize import normalize
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.scripted import Turn
 from ragrl.rollout.trajectory import Trajectory
-from ragrl.synth.demonstrators import (
-    SEARCH_CLOSE,
-    EvaluationPhrases,
-    OracleDemonstrator,
-)
+from ragrl.synth.demonstrators import EvaluationPhrases, OracleDemonstrator
 
 EVAL_RAR_PROMPT = (
     "Answer the question below; you can call a search engine as many times as you need. Reason inside "
@@ -255,14 +252,15 @@ class EvalRarOracle:
         self.evaluate, self.prefill = evaluate, prefill
         self.search_oracle = OracleDemonstrator()
 
-    def evaluation(self, example: Example, hop: int, observation: str) -> str:
-        """The body of the evaluation after the ``hop``-th search (1-based) whose passages were
-        ``observation``."""
+    def evaluation(self, example: Example, hop: int, passages: list[Passage]) -> str:
+        """The body of the evaluation after the ``hop``-th search (1-based), which retrieved
+        ``passages``."""
         steps = example.decomposition or []
         p = EvaluationPhrases
         if hop <= len(steps):
             found = steps[hop - 1].answers[0]
-            seen = p.found.format(found=found) if found.lower() in observation.lower() else p.not_found
+            shown = " ".join(f"{x.title}\n{x.text}" for x in passages).lower()
+            seen = p.found.format(found=found) if found.lower() in shown else p.not_found
         else:
             seen = p.not_found
         if hop < len(steps):
@@ -271,12 +269,12 @@ class EvalRarOracle:
             return f"{seen} {p.unanswerable}"
         return f"{seen} {p.answerable.format(answer=example.answers[0])}"
 
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str:
-        searched = [(text, obs) for text, obs in history if SEARCH_CLOSE in text]
+    def next_turn(self, example: Example, history: list[Turn]) -> str:
+        searched = [t for t in history if t.action.kind == "search"]
         action = self.search_oracle.next_turn(example, searched)
-        if not history or SEARCH_CLOSE not in history[-1][0]:
+        if not history or history[-1].action.kind != "search":
             return action  # the first turn, or the turn after a separate evaluation
-        body = self.evaluation(example, len(searched), history[-1][1])
+        body = self.evaluation(example, len(searched), history[-1].passages)
         if self.evaluate == "separate":
             return f" {body} </evaluate>" if self.prefill else f"<evaluate> {body} </evaluate>"
         return f"<evaluate> {body} </evaluate>\n{action}"

@@ -10,20 +10,25 @@ then encoded once and returned with log-probs 0.0:
   ``"eos"``; a tokenizer without EOS gives ``"length"``;
 * to ``max_new_tokens`` tokens → ``"length"`` (this wins over the two above when it cuts first).
 
-``DemonstratorBackend`` drives an object with ``next_turn(example, history) -> str`` (``history`` is a
-list of ``(policy_text, observation_text)`` pairs, oldest first) through the real engine: it recognises
-the example by its prompt ids (a prefix of every prompt the engine sends) and rebuilds the history from
-what it generated before and the observation tokens the engine appended since.
+``DemonstratorBackend`` drives an object with ``next_turn(example, history) -> str`` through the real
+engine: it recognises the example by its prompt ids (a prefix of every prompt the engine sends) and
+rebuilds the history from what it generated before and the observation tokens the engine appended
+since. The history is typed (``Turn``, oldest first): the demonstrator's own text, the observation, the
+action the *protocol* parsed from the text (the one tag reader), and the passages a search retrieved
+(looked up again with the engine's retriever and ``k``, which returns the same hits): a demonstrator
+never re-parses text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ragrl.data.schema import Example
+from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import Generation, SamplingParams
+from ragrl.rollout.trajectory import Action
 
 PolicyFn = Callable[[list[int], int], str]
 
@@ -78,8 +83,22 @@ class ScriptedBackend:
         return out
 
 
+@dataclass
+class Turn:
+    """One earlier turn of a demonstrator's episode, as the engine played it."""
+
+    text: str
+    """What the demonstrator wrote (cut at the stop string, as a model's generation would be)."""
+    observation: str
+    """What the environment appended after it (empty when nothing was)."""
+    action: Action
+    """The protocol's parse of ``text``."""
+    passages: list[Passage] = field(default_factory=list)
+    """What a search retrieved, in rank order (empty for other actions or without a retriever)."""
+
+
 class Demonstrator(Protocol):
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str: ...
+    def next_turn(self, example: Example, history: list[Turn]) -> str: ...
 
 
 class DemonstratorBackend:
@@ -95,20 +114,33 @@ class DemonstratorBackend:
         tokenizer: Any,
         demonstrator: Demonstrator,
         examples_by_prompt: Mapping[tuple[int, ...], Example],
+        protocol: Any,
+        retriever: Any = None,
+        k: int = 3,
     ) -> None:
         self.tokenizer = tokenizer
         self.demonstrator = demonstrator
+        self.protocol, self.retriever, self.k = protocol, retriever, k
+        self._hits: dict[str, list[Passage]] = {}
         self._by_len: dict[int, dict[tuple[int, ...], Example]] = {}
         for key, ex in examples_by_prompt.items():
             self._by_len.setdefault(len(key), {})[tuple(key)] = ex
         # (prompt + generated tokens) -> (example, history before the turn, the turn's kept text)
-        self._after: dict[int, dict[tuple[int, ...], tuple[Example, list[tuple[str, str]], str]]] = {}
+        self._after: dict[int, dict[tuple[int, ...], tuple[Example, list[Turn], str]]] = {}
         self.calls = 0
 
     @classmethod
     def for_examples(
-        cls, tokenizer: Any, demonstrator: Demonstrator, examples: Iterable[Example], protocol: Any
+        cls,
+        tokenizer: Any,
+        demonstrator: Demonstrator,
+        examples: Iterable[Example],
+        protocol: Any,
+        retriever: Any = None,
+        k: int = 3,
     ) -> DemonstratorBackend:
+        """The backend for ``examples`` played with ``protocol``; pass the rollout's retriever and ``k``
+        so that the history carries the passages each search retrieved."""
         table: dict[tuple[int, ...], Example] = {}
         for ex in examples:
             key = tuple(protocol.prompt_ids(ex, tokenizer))
@@ -116,7 +148,7 @@ class DemonstratorBackend:
             if other is not None and other.id != ex.id:
                 raise RagrlError(f"examples {other.id!r} and {ex.id!r} have the same prompt")
             table[key] = ex
-        return cls(tokenizer, demonstrator, table)
+        return cls(tokenizer, demonstrator, table, protocol, retriever, k)
 
     def _longest_prefix(
         self, table: dict[int, dict[tuple[int, ...], Any]], prompt: list[int]
@@ -128,12 +160,22 @@ class DemonstratorBackend:
                     return n, hit
         return None
 
-    def _state(self, prompt: list[int]) -> tuple[Example, list[tuple[str, str]]]:
+    def _turn(self, text: str, observation: str, index: int) -> Turn:
+        action = self.protocol.safe_parse(text, index)
+        passages: list[Passage] = []
+        if self.retriever is not None and self.protocol.is_search(action) and action.content:
+            if action.content not in self._hits:
+                (hits,) = self.retriever.search([action.content], self.k)
+                self._hits[action.content] = [h.passage for h in hits]
+            passages = self._hits[action.content]
+        return Turn(text, observation, action, passages)
+
+    def _state(self, prompt: list[int]) -> tuple[Example, list[Turn]]:
         found = self._longest_prefix(self._after, prompt)
         if found is not None:
             n, (ex, history, text) = found
             obs = self.tokenizer.decode(prompt[n:], skip_special_tokens=False)
-            return ex, [*history, (text, obs)]
+            return ex, [*history, self._turn(text, obs, len(history))]
         start = self._longest_prefix(self._by_len, prompt)
         if start is None or start[0] != len(prompt):
             raise RagrlError(

@@ -1,52 +1,37 @@
-"""Scripted policies that write Search-R1-format turns, and a small simulator to measure them.
+"""Scripted policies that write Search-R1-format turns: the warm start's teachers and the baselines.
 
 A demonstrator produces the text of the next policy turn from the question and the episode so far::
 
     <think> I need the founder of Zorvex Labs. </think>
     <search> Who founded Zorvex Labs? </search>
 
-or ``<think> ... </think>\\n<answer> Mira Tolan </answer>``. A search turn ends right after
-``</search>`` (a stop string); the environment then appends an observation: an ``<information>``
-block with the retrieved passages rendered as ``Doc 1 (Title: ...) text`` lines, or a corrective
-message. The exact text format lives in the constants below, in one place.
+or ``<think> ... </think>\n<answer> Mira Tolan </answer>``. It is played through the real rollout by
+``ragrl.rollout.scripted.DemonstratorBackend``, which hands it the episode so far as typed turns
+(``Turn``: its text, the observation, the action the protocol parsed, the passages a search
+retrieved): a demonstrator reads those, never the text of an observation.
 
 * ``OracleDemonstrator`` follows the gold decomposition (one search per hop, with the gold
   intermediate answers substituted), then answers the gold answer, or ``unknown`` for an
   unanswerable question.
 * ``HeuristicDemonstrator`` searches the question verbatim once, then reads an answer off the
-  retrieved text with a simple rule (a name gazetteer of the world stands in for an entity tagger);
-  it never looks at gold fields.
-
-``simulate(demonstrator, examples, retriever)`` runs them against a real retriever before the rollout
-engine exists (batched per turn), and returns the predicted answers.
+  retrieved passages with a simple rule (a name gazetteer of the world stands in for an entity
+  tagger); it never looks at gold fields.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
-from ragrl.data.schema import Example, Passage
+from ragrl.data.schema import Example
+from ragrl.rollout.scripted import Turn
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
-INFORMATION_OPEN, INFORMATION_CLOSE = "<information>", "</information>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-STOP_STRINGS = (SEARCH_CLOSE, ANSWER_CLOSE)
-DOC_LINE = "Doc {i} (Title: {title}) {text}"
-INVALID_ACTION_MESSAGE = (
-    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
-    "</search>. If I want to give the final answer, I should put the answer between <answer> and "
-    "</answer>. Let me try again.\n"
-)
 
-_DOC_RE = re.compile(r"Doc\s*(\d+)\s*\(Title:\s*(.*?)\)\s*(.*)")
-_TAG_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _YEAR_RE = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 
 
@@ -85,46 +70,13 @@ def answer_turn(thought: str, answer: str) -> str:
     return f"{THINK_OPEN} {thought} {THINK_CLOSE}\n{ANSWER_OPEN} {answer} {ANSWER_CLOSE}"
 
 
-def render_information(passages: Sequence[Passage]) -> str:
-    """The observation appended after a search: one ``Doc i (Title: t) text`` line per passage."""
-    lines = [DOC_LINE.format(i=i, title=p.title, text=p.text) for i, p in enumerate(passages, start=1)]
-    return f"\n\n{INFORMATION_OPEN}\n" + "\n".join(lines) + f"\n{INFORMATION_CLOSE}\n\n"
-
-
-def extract_retrieved(observation: str) -> list[tuple[str, str]]:
-    """``(title, text)`` of every ``Doc i (Title: ...) ...`` line of an observation, in order."""
-    inner = observation
-    if INFORMATION_OPEN in observation:
-        inner = observation.split(INFORMATION_OPEN, 1)[1].split(INFORMATION_CLOSE, 1)[0]
-    return [(m.group(2).strip(), m.group(3).strip()) for m in map(_DOC_RE.match, inner.splitlines()) if m]
-
-
-def extract_retrieved_titles(observation: str) -> list[str]:
-    return [title for title, _ in extract_retrieved(observation)]
-
-
-def parse_turn(text: str) -> tuple[str, str]:
-    """``("search", query)``, ``("answer", answer)`` or ``("invalid", "")``: the first complete
-    search or answer tag of a turn."""
-    m = _TAG_RE.search(text)
-    if not m:
-        return "invalid", ""
-    return m.group(1), m.group(2).strip()
-
-
-class Demonstrator(Protocol):
-    name: str
-
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str: ...
-
-
 class OracleDemonstrator:
     """Searches each gold sub-question in order, then answers the gold answer (``unknown`` when the
     question is unanswerable). Uses gold fields: it is an upper bound, and a source of SFT traces."""
 
     name = "oracle"
 
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str:
+    def next_turn(self, example: Example, history: list[Turn]) -> str:
         steps = example.decomposition or []
         t = len(history)
         if t < len(steps):
@@ -201,10 +153,10 @@ class HeuristicDemonstrator:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         return cls({e["name"]: e["kind"] for e in data["entities"]})
 
-    def next_turn(self, example: Example, history: list[tuple[str, str]]) -> str:
+    def next_turn(self, example: Example, history: list[Turn]) -> str:
         if not history:
             return search_turn("Let me search for the question.", example.question)
-        docs = extract_retrieved(history[-1][1])
+        docs = [(p.title, p.text) for p in history[-1].passages]
         answer = self.guess(example.question, docs)
         return answer_turn("I will answer from the retrieved documents.", answer)
 
@@ -246,69 +198,3 @@ class HeuristicDemonstrator:
                 if cand not in question:
                     return cand
         return UNANSWERABLE_ANSWER
-
-
-@dataclass
-class Episode:
-    """One simulated episode: the (policy text, observation) turns and what was searched."""
-
-    turns: list[tuple[str, str]] = field(default_factory=list)
-    queries: list[str] = field(default_factory=list)
-    retrieved: list[list[str]] = field(default_factory=list)  # passage ids per search
-    prediction: str = ""
-    answered: bool = False
-
-
-def simulate_episodes(
-    demonstrator: Demonstrator, examples: Sequence[Example], retriever, k: int = 3, max_turns: int = 4
-) -> list[Episode]:
-    """Run ``demonstrator`` on every example against ``retriever`` (one batched search per turn)."""
-    episodes = [Episode() for _ in examples]
-    active = list(range(len(examples)))
-    for _turn in range(max_turns):
-        if not active:
-            break
-        texts = {i: demonstrator.next_turn(examples[i], episodes[i].turns) for i in active}
-        searches = []
-        still = []
-        for i in active:
-            action, arg = parse_turn(texts[i])
-            if action == "answer":
-                episodes[i].prediction, episodes[i].answered = arg, True
-                episodes[i].turns.append((texts[i], ""))
-            elif action == "search":
-                searches.append((i, arg))
-                still.append(i)
-            else:
-                episodes[i].turns.append((texts[i], INVALID_ACTION_MESSAGE))
-                still.append(i)
-        results = retriever.search([q for _, q in searches], k) if searches else []
-        for (i, query), hits in zip(searches, results, strict=True):
-            passages = [h.passage for h in hits]
-            episodes[i].queries.append(query)
-            episodes[i].retrieved.append([p.id for p in passages])
-            episodes[i].turns.append((texts[i], render_information(passages)))
-        active = still
-    return episodes
-
-
-def simulate(
-    demonstrator: Demonstrator, examples: Sequence[Example], retriever, k: int = 3, max_turns: int = 4
-) -> list[str]:
-    """The predicted answer of every example ("" when the episode ended without an answer)."""
-    return [ep.prediction for ep in simulate_episodes(demonstrator, examples, retriever, k, max_turns)]
-
-
-def gold_hit_rate(episodes: Sequence[Episode], examples: Sequence[Example]) -> float:
-    """Share of searches (matched to decomposition steps in order) whose results contain that step's
-    gold passage; for the oracle this is the per-hop retrieval recall@k of the gold sub-questions.
-    Steps whose passage is not in the corpus (removed) are skipped."""
-    hits = total = 0
-    for ep, ex in zip(episodes, examples, strict=True):
-        removed = set(ex.metadata.get("removed_passage_ids", ()))
-        for step, got in zip(ex.decomposition or [], ep.retrieved, strict=False):
-            gold = [pid for pid in step.supporting_ids if pid not in removed]
-            if gold:
-                total += 1
-                hits += gold[0] in got
-    return hits / total if total else 0.0

@@ -136,8 +136,9 @@ def run_demo(
         accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
     )  # fmt: skip
     held_out = grpo.eval_examples  # every row of the closing table is measured on these questions
+    gazetteer = HeuristicDemonstrator.from_world_json(world_dir / "world.json")
     heuristic = DemonstratorBackend.for_examples(
-        tokenizer, HeuristicDemonstrator.from_world_json(world_dir / "world.json"), held_out, method.protocol
+        tokenizer, gazetteer, held_out, method.protocol, retriever, method.rollout.k
     )
     heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
     summary = grpo.train()

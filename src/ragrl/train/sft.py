@@ -37,7 +37,9 @@ def demonstration_trajectories(
     """Play a demonstrator (``next_turn(example, history) -> text``) through the method's protocol and
     the real retriever, tokenized with the policy's tokenizer: SFT data in the exact token layout the
     policy will see in its own rollouts."""
-    backend = DemonstratorBackend.for_examples(tokenizer, demonstrator, examples, method.protocol)
+    backend = DemonstratorBackend.for_examples(
+        tokenizer, demonstrator, examples, method.protocol, retriever, method.rollout.k
+    )
     return method.make_rollout(backend, retriever).run(list(examples), n=1, seed=0)
 
 
