@@ -180,7 +180,7 @@ def test_accuracy_reward_f1_variant():
 
 
 def test_judge_accuracy_variant(monkeypatch):
-    import ragrl.metrics.judge
+    import ragrl.metrics.judge_clients
     from ragrl.methods import arena
 
     class FakeJudge:
@@ -196,7 +196,7 @@ def test_judge_accuracy_variant(monkeypatch):
 
     judge = FakeJudge()
     specs = []
-    monkeypatch.setattr(ragrl.metrics.judge, "make_judge", lambda spec: specs.append(spec) or judge)
+    monkeypatch.setattr(ragrl.metrics.judge_clients, "make_judge", lambda spec: specs.append(spec) or judge)
     arena._judge_client.cache_clear()
     settings = {"kind": "openai", "base_url": "http://judge", "model": "m"}
     reward = build_reward([{"name": "arena_accuracy", "metric": "judge", "judge": settings}])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from ragrl.errors import RagrlError
+from ragrl.errors import DataError, RagrlError
 from ragrl.metrics import (
     JUDGE_SYSTEM,
     JUDGE_TEMPLATE,
+    CachedJudge,
     JudgeClient,
     LocalJudge,
     OpenAIJudge,
@@ -200,6 +202,11 @@ class ChatServer:
     url: str = ""
     script: list[tuple[int, Any]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    delay: float = 0.0
+    """Seconds each request is held before the reply (to see concurrent requests)."""
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def respond(self, body: dict[str, Any]) -> tuple[int, Any]:
         if self.script:
@@ -227,6 +234,12 @@ def chat_server() -> Iterator[ChatServer]:
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
             state.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            with state.lock:
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            time.sleep(state.delay)
+            with state.lock:
+                state.in_flight -= 1
             if self.path != "/v1/chat/completions":
                 status, payload = 404, {"error": {"message": f"no route {self.path}"}}
             else:
@@ -395,3 +408,75 @@ def test_local_judge_on_tiny_policy(tiny_judge_dir):
     assert replies == [judge.complete(m) for m in batch]
     assert all(isinstance(r, str) for r in replies)
     assert judge_answer("q", ["Lagos"], "", client=judge) == 0.0
+
+
+def _messages(answer: str) -> list[dict[str, str]]:
+    return judge_messages(["Paris"], answer)
+
+
+def test_openai_judge_batches_run_concurrently_and_keep_their_order(chat_server):
+    pytest.importorskip("httpx")
+    chat_server.delay = 0.2
+    answers = ["Paris", "Lyon", "Paris", "Nice", "Paris", "Rome", "Oslo", "Paris"]
+    with OpenAIJudge(chat_server.url, "m", api_key_env=None, backoff=0, concurrency=4) as judge:
+        t0 = time.perf_counter()
+        replies = judge.complete_batch([_messages(a) for a in answers])
+        elapsed = time.perf_counter() - t0
+    assert replies == ["Yes" if a == "Paris" else "No" for a in answers]
+    assert chat_server.max_in_flight == 4  # never more than the bound
+    assert elapsed < 0.2 * len(answers) / 2  # measured about 0.4 s, against 1.6 s one at a time
+    with pytest.raises(RagrlError, match="concurrency must be >= 1"):
+        OpenAIJudge(chat_server.url, "m", concurrency=0)
+
+
+class CountingJudge:
+    """A judge that counts the requests it receives (batched ones included)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def complete(self, messages):  # noqa: ANN001, ANN201
+        self.seen.append(messages[-1]["content"])
+        return "yes" if "Paris" in messages[-1]["content"].split("The model's answer is:")[-1] else "no"
+
+    def __repr__(self) -> str:
+        return "CountingJudge()"
+
+
+def test_cached_judge_sends_each_request_once_and_persists_replies(tmp_path):
+    path = tmp_path / "judge-cache.jsonl"
+    client = CountingJudge()
+    judge = CachedJudge(client, path)
+    batch = [_messages("Paris"), _messages("Lyon"), _messages("Paris")]
+    assert judge.complete_batch(batch) == ["yes", "no", "yes"]
+    assert len(client.seen) == 2 and (judge.hits, judge.misses) == (1, 2)  # the repeat inside the batch
+    assert judge.complete(_messages("Lyon")) == "no" and len(client.seen) == 2
+    # a new process reads the file back: nothing is sent again
+    again = CachedJudge(CountingJudge(), path)
+    assert again.complete_batch(batch) == ["yes", "no", "yes"] and again.client.seen == []
+
+    # the key names the client: another model does not get these replies
+    class Other(CountingJudge):
+        def __repr__(self) -> str:
+            return "Other()"
+
+    other = CachedJudge(Other(), path)
+    other.complete(_messages("Paris"))
+    assert len(other.client.seen) == 1
+    # judge_answers goes through the cache's batch call
+    assert judge_answers(["q", "q"], [["Paris"], ["Paris"]], ["Paris", "Lyon"], client=judge) == [1.0, 0.0]
+    path.write_text(path.read_text() + "not json\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"judge-cache.jsonl:4: not a judge cache record"):
+        CachedJudge(CountingJudge(), path)
+
+
+def test_make_judge_with_a_cache_and_concurrency(chat_server, tmp_path):
+    pytest.importorskip("httpx")
+    spec = {"kind": "openai", "base_url": chat_server.url, "model": "m", "api_key_env": None,
+            "concurrency": 2, "cache": str(tmp_path / "c.jsonl")}  # fmt: skip
+    judge = make_judge(spec)
+    assert isinstance(judge, CachedJudge) and judge.client.concurrency == 2
+    assert judge.complete_batch([_messages("Paris"), _messages("Paris")]) == ["Yes", "Yes"]
+    assert len(chat_server.requests) == 1
+    with pytest.raises(RagrlError, match="unknown key concurrency"):
+        make_judge({"kind": "local", "path": str(tmp_path), "concurrency": 2})

@@ -477,7 +477,8 @@ def think_answer_format(trajectory: Trajectory, example: Example, ctx: RewardCon
 def judge_score(example: Example, prediction: str, settings: dict[str, Any]) -> float:
     """The judge's score (1 / 0.5 / 0) of ``prediction`` against the gold answers.
 
-    ``settings`` is a ``ragrl.metrics.judge.make_judge`` spec (``{kind: openai, base_url, model, ...}``
+    ``settings`` is a ``ragrl.metrics.judge_clients.make_judge`` spec
+    (``{kind: openai, base_url, model, ...}``
     or ``{kind: local, path, ...}``); the client is built once per spec and its replies are cached by
     prompt. Replies are read with the reward variant's rule (a reply that starts with yes / no decides
     first). An empty prediction scores 0 without a call."""
@@ -496,7 +497,7 @@ def judge_score(example: Example, prediction: str, settings: dict[str, Any]) -> 
 @lru_cache(maxsize=8)
 def _judge_client(spec_json: str) -> tuple[Any, dict[str, str]]:
     """One judge client (and its reply cache) per settings, built on first use."""
-    from ragrl.metrics.judge import make_judge
+    from ragrl.metrics.judge_clients import make_judge
 
     spec = json.loads(spec_json)
     if not spec:

@@ -15,16 +15,13 @@ from ragrl.metrics.answer import (
 from ragrl.metrics.judge import (
     JUDGE_SYSTEM,
     JUDGE_TEMPLATE,
-    JudgeClient,
-    LocalJudge,
-    OpenAIJudge,
     judge_answer,
     judge_answers,
     judge_messages,
     judge_prompt,
-    make_judge,
     parse_judgement,
 )
+from ragrl.metrics.judge_clients import CachedJudge, JudgeClient, LocalJudge, OpenAIJudge, make_judge
 from ragrl.metrics.normalize import (
     VARIANTS,
     Variant,
@@ -57,6 +54,7 @@ __all__ = [
     "JUDGE_TEMPLATE",
     "VARIANTS",
     "JointScores",
+    "CachedJudge",
     "JudgeClient",
     "LocalJudge",
     "OpenAIJudge",
