@@ -477,11 +477,10 @@ def think_answer_format(trajectory: Trajectory, example: Example, ctx: RewardCon
 def judge_score(example: Example, prediction: str, settings: dict[str, Any]) -> float:
     """The judge's score (1 / 0.5 / 0) of ``prediction`` against the gold answers.
 
-    ``settings`` is a ``ragrl.metrics.judge_clients.make_judge`` spec
-    (``{kind: openai, base_url, model, ...}``
-    or ``{kind: local, path, ...}``); the client is built once per spec and its replies are cached by
-    prompt. Replies are read with the reward variant's rule (a reply that starts with yes / no decides
-    first). An empty prediction scores 0 without a call."""
+    ``settings`` is a ``ragrl.metrics.judge_clients.make_judge`` spec (``{kind: openai, base_url,
+    model, ...}`` or ``{kind: local, path, ...}``); the client is built once per spec and its replies
+    are cached by prompt. Replies are read with the reward variant's rule (a reply that starts with
+    yes / no decides first). An empty prediction scores 0 without a call."""
     if not prediction.strip() or not example.answers:
         return 0.0
     from ragrl.metrics.judge import judge_answer
