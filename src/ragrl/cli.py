@@ -16,7 +16,7 @@ from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import index, search, serve
 from ragrl.commands.score import score
-from ragrl.commands.train import demo, dpo, sft, train
+from ragrl.commands.train import demo, dpo, reward_model, sft, train
 from ragrl.console import console, quiet_libraries
 from ragrl.errors import RagrlError
 
@@ -53,6 +53,7 @@ app.command("reward")(reward_command)
 app.command("train")(train)
 app.command("sft")(sft)
 app.command("dpo")(dpo)
+app.command("reward-model")(reward_model)
 app.command("demo")(demo)
 
 

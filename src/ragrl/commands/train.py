@@ -170,6 +170,48 @@ def dpo(
     print(json.dumps(summary, indent=2))
 
 
+def reward_model(
+    pairs: Annotated[
+        Path,
+        typer.Option(
+            help="Preference pairs (jsonl, as for `ragrl dpo`), optionally with head_signs per pair."
+        ),
+    ],
+    encoder: Annotated[Path, typer.Option(help="The frozen encoder: a local causal-LM folder.")],
+    out: Annotated[Path, typer.Option(help="Where to write the heads (a new folder).")],
+    heads: Annotated[
+        str, typer.Option(help="Comma-separated head names (one per reward component).")
+    ] = "total",
+    epochs: Annotated[int, typer.Option(min=1)] = 20,
+    lr: Annotated[float, typer.Option(min=0.0)] = 1e-3,
+    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    val_fraction: Annotated[float, typer.Option(min=0.0, max=0.99)] = 0.1,
+    seed: int = 0,
+) -> None:
+    """Train a multi-head reward model (named linear heads on a frozen encoder) on preference pairs;
+    prints the last epoch's training and validation figures as JSON."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragrl.train.reward_model import RewardModelConfig, RewardModelTrainer, read_reward_pairs
+
+    if out.exists() and any(out.iterdir()):
+        raise RagrlError(f"{out}: already exists and is not empty; choose a new --out")
+    if not encoder.is_dir():
+        raise RagrlError(f"--encoder {encoder}: not a local model folder")
+    tokenizer = AutoTokenizer.from_pretrained(str(encoder), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(encoder), local_files_only=True).eval()
+    records = read_reward_pairs(pairs, tokenizer)
+    names = [h.strip() for h in heads.split(",") if h.strip()]
+    config = RewardModelConfig(names, epochs, batch_size, lr, val_fraction=val_fraction, seed=seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    console.print(f"reward model: {len(names)} head(s) on {encoder}, {len(records)} pairs")
+    trainer = RewardModelTrainer(model, pad, records, config, name=str(encoder))
+    history = trainer.train()
+    trainer.model.save(out)
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
+    print(json.dumps({"out": str(out), "pairs": len(records), **history[-1]}, indent=2))
+
+
 def demo(
     out: Annotated[Path, typer.Option(help="Run folder.")] = Path("runs/demo"),
     seed: Annotated[int, typer.Option(help="Seed of the world, the policy and training.")] = 0,

@@ -139,31 +139,34 @@ class DPOTrainer(Trainer):
 def read_pairs(path: str | Path, tokenizer: Any) -> list[PreferencePair]:
     """Preference pairs from jsonl (tokens or text form, see the module docstring); errors name the
     file, line and field."""
-    pairs = []
-    for line, record in iter_jsonl(path):
-        if not isinstance(record, dict):
-            raise DataError("expected a JSON object", path=path, line=line)
-        pair_id = str(record.get("id", f"line-{line}"))
-        try:
-            if "prompt_ids" in record:
-                prompt = _ids(record["prompt_ids"], "prompt_ids")
-                sides = [_side_from_ids(record.get(k), k, prompt, pair_id) for k in SIDES]
-            elif "prompt" in record:
-                prompt = _prompt_from_text(record["prompt"], tokenizer)
-                sides = [_side_from_text(record.get(k), k, prompt, pair_id, tokenizer) for k in SIDES]
-            else:
-                raise _FieldError("prompt_ids", "missing (or 'prompt' for the text form)")
-            margin = record.get("margin", 0.0)
-            if not isinstance(margin, (int, float)) or isinstance(margin, bool):
-                raise _FieldError("margin", "must be a number")
-            pairs.append(PreferencePair(sides[0], sides[1], float(margin), pair_id))
-        except _FieldError as e:
-            raise DataError(e.message, path=path, line=line, field=e.field) from None
-        except ValueError as e:
-            raise DataError(str(e), path=path, line=line) from None
+    pairs = [pair_from_record(record, tokenizer, path, line) for line, record in iter_jsonl(path)]
     if not pairs:
         raise RagrlError(f"{path}: no preference pairs")
     return pairs
+
+
+def pair_from_record(record: Any, tokenizer: Any, path: str | Path, line: int) -> PreferencePair:
+    """One pair from one parsed jsonl record (``path`` and ``line`` name it in errors)."""
+    if not isinstance(record, dict):
+        raise DataError("expected a JSON object", path=path, line=line)
+    pair_id = str(record.get("id", f"line-{line}"))
+    try:
+        if "prompt_ids" in record:
+            prompt = _ids(record["prompt_ids"], "prompt_ids")
+            sides = [_side_from_ids(record.get(k), k, prompt, pair_id) for k in SIDES]
+        elif "prompt" in record:
+            prompt = _prompt_from_text(record["prompt"], tokenizer)
+            sides = [_side_from_text(record.get(k), k, prompt, pair_id, tokenizer) for k in SIDES]
+        else:
+            raise _FieldError("prompt_ids", "missing (or 'prompt' for the text form)")
+        margin = record.get("margin", 0.0)
+        if not isinstance(margin, (int, float)) or isinstance(margin, bool):
+            raise _FieldError("margin", "must be a number")
+        return PreferencePair(sides[0], sides[1], float(margin), pair_id)
+    except _FieldError as e:
+        raise DataError(e.message, path=path, line=line, field=e.field) from None
+    except ValueError as e:
+        raise DataError(str(e), path=path, line=line) from None
 
 
 class _FieldError(Exception):
