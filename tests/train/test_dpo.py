@@ -171,3 +171,19 @@ def test_the_dpo_command_trains_and_writes_the_run_folder(world_dir, tmp_path):
 def _write(path: Path, record: dict) -> Path:
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     return path
+
+
+def test_ipo_uses_per_token_mean_log_probs(world_dir, tmp_path):
+    """TRL normalises IPO by the completion length: Δ is a difference of per-token means."""
+    pairs = _text_pairs(world_dir, tmp_path / "pairs.jsonl")
+    options = ("train.dpo.loss_type=ipo", "train.dpo.reference_free=true", "train.dpo.batch_size=8")
+    trainer = _trainer(world_dir, tmp_path / "run", pairs, *options)
+    b = sequence_batch(
+        [p.chosen for p in trainer.pairs] + [p.rejected for p in trainer.pairs], trainer.pad_id
+    )
+    with torch.no_grad():
+        lp = token_logprobs(trainer.model, b.input_ids, b.attention_mask, start=b.start, mask=b.loss_mask)
+        mean = (lp * b.loss_mask).sum(1) / b.loss_mask.sum(1)
+    n = len(trainer.pairs)
+    expected = float(((mean[:n] - mean[n:]) - 1 / (2 * 0.5)).pow(2).mean())
+    assert trainer.step()["loss"] == pytest.approx(expected, abs=1e-5)

@@ -268,14 +268,81 @@ def test_the_stepwise_rollout_trains_one_sample_per_turn(world_dir, tmp_path):
 
 
 def test_a_sample_is_rewarded_with_the_return_from_its_step():
-    from ragrl.rewards.registry import RewardResult
-    from ragrl.rollout.sample import Sample
-    from ragrl.train.grpo import _sample_reward
+    from ragrl.rollout.sample import Sample, return_to_go
 
-    stepwise = RewardResult(6.0, {}, steps=[1.0, 2.0, 3.0])
-    assert [_sample_reward(stepwise, Sample([1], [2], [1], [0.0], group=0, step=k)) for k in range(3)] == [
-        6.0,
-        5.0,
-        3.0,
-    ]
-    assert _sample_reward(RewardResult(0.7, {}), Sample([1], [2], [1], [0.0], group=0, step=2)) == 0.7
+    samples = [Sample([1], [2], [1], [0.0], group=0, step=k) for k in range(3)]
+    assert [return_to_go(6.0, [1.0, 2.0, 3.0], x) for x in samples] == [6.0, 5.0, 3.0]
+    assert return_to_go(0.7, None, samples[2]) == 0.7
+
+
+class _ScriptedTreeRollout:
+    """A two-level tree per question: G children of the prompt, then G children of the first child.
+    One record per tree; one sample per node, grouped by (tree, level); a node trains on its own
+    reward (the shape of R²AG's steering tree)."""
+
+    def __init__(self, backend, retriever, protocol, config) -> None:  # noqa: ANN001
+        self.backend, self.protocol, self.config = backend, protocol, config
+
+    def run(self, examples, n=None, seed=None, *, first_group=0):  # noqa: ANN001, ANN201
+        from ragrl.rollout.trajectory import Trajectory
+
+        g_size = n or self.config.n
+        params = self.config.sampling(self.config.max_new_tokens, self.protocol.stop, seed)
+        trees = []
+        for g, ex in enumerate(examples):
+            prompt = self.protocol.prompt_ids(ex, self.backend.tokenizer)
+            first = self.backend.generate([prompt] * g_size, params)
+            second = self.backend.generate([prompt + list(first[0].token_ids)] * g_size, params)
+            nodes = [
+                {"level": 0, "parent": None, "ids": list(x.token_ids), "lp": list(x.logprobs)} for x in first
+            ]
+            nodes += [
+                {"level": 1, "parent": 0, "ids": list(x.token_ids), "lp": list(x.logprobs)} for x in second
+            ]
+            trees.append(Trajectory(ex.id, list(prompt), metadata={"group": first_group + g, "nodes": nodes}))
+        return trees
+
+    def samples(self, episodes):  # noqa: ANN001, ANN201
+        from ragrl.rollout.sample import Sample
+
+        out = []
+        for e, tree in enumerate(episodes):
+            nodes = tree.metadata["nodes"]
+            for i, node in enumerate(nodes):
+                context = [] if node["parent"] is None else nodes[node["parent"]]["ids"]
+                out.append(
+                    Sample(tree.prompt_ids + context, node["ids"], [1] * len(node["ids"]), node["lp"],
+                           group=2 * tree.metadata["group"] + node["level"], episode=e, step=i)
+                )  # fmt: skip
+        return out
+
+    def sample_reward(self, total, steps, sample):  # noqa: ANN001, ANN201
+        return steps[sample.step]  # the node's own reward, not a return
+
+
+def test_a_tree_rollout_trains_each_node_in_its_level_group(world_dir, tmp_path):
+    from ragrl.rewards import build_reward, register_reward, reward_names
+    from ragrl.rollout.registry import ROLLOUTS, register_rollout
+
+    if "tree_test" not in ROLLOUTS:
+        register_rollout("tree_test")(_ScriptedTreeRollout)
+    if "test_node_distinct" not in reward_names():
+
+        @register_reward("test_node_distinct", per_step=True)
+        def node_distinct(trajectory, example, ctx):  # noqa: ANN001, ANN202
+            return [len(set(n["ids"])) / 16 for n in trajectory.metadata["nodes"]]
+
+    method = small_method(world_dir, tmp_path / "run", "rollout.kind=tree_test", "train.steps=1")
+    method.reward = build_reward([{"name": "test_node_distinct"}])
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    trees = trainer.rollout.run(trainer.train_examples[:2], seed=0)
+    samples = trainer.rollout.samples(trees)
+    assert len(samples) == 2 * 8 and sorted({s.group for s in samples}) == [0, 1, 2, 3]
+    child0 = trees[0].metadata["nodes"][0]["ids"]
+    level1 = [s for s in samples if s.group == 1]
+    assert len(level1) == 4 and all(s.prompt_ids == trees[0].prompt_ids + child0 for s in level1)
+    assert all(s.loss_mask == [1] * len(s.completion_ids) for s in samples)
+    before = weights(trainer)
+    metrics = trainer.step()
+    assert metrics["samples"] == 4 * 8  # 4 questions, 8 nodes each
+    assert any(not torch.equal(before[k], v) for k, v in weights(trainer).items())

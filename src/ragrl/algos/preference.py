@@ -14,7 +14,10 @@ Every loss takes the summed log-probs of each response under the policy and unde
 
 ``reference_free=True`` drops the reference log-ratio (a reference that gives every response the same
 probability; EVO-RAG's reference-free DPO). ``tests/algos/test_preference.py`` checks every loss against
-TRL's formulas on random tensors.
+TRL's ``DPOTrainer.dpo_loss`` (its 0.x form, written out in the test) on random tensors. TRL 1.16
+computes the same losses inline, with two differences: its ``sigmoid`` has no label smoothing (use
+``robust`` or ``label_smoothing: 0``), and IPO takes per-token mean log-probs, which
+``ragrl.train.dpo`` passes for ``ipo``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Rollout(Protocol):
-    """What the trainers and evaluation need from a rollout."""
+    """What the trainers and evaluation need from a rollout. A rollout may also define
+    ``sample_reward(total, steps, sample) -> float``, the reward a sample trains on given its episode's
+    total and per-step rewards (default: ``ragrl.rollout.sample.return_to_go``); a tree rollout gives
+    each node its own step's reward."""
 
     def run(
         self,

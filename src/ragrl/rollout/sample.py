@@ -13,6 +13,7 @@ a number for the whole response or one number per completion token; the trainer 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,16 @@ class Sample:
     @property
     def num_policy_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+def return_to_go(total: float, steps: list[float] | None, sample: Sample) -> float:
+    """The default reward of a sample: its episode's total, or with per-step rewards (``steps``, one per
+    policy turn) the return from the sample's step on. A linear episode's one sample, at step 0, gets
+    the whole return. A rollout whose samples are not turns (a tree's nodes) defines its own
+    ``sample_reward(total, steps, sample)``."""
+    if steps is None:
+        return total
+    return math.fsum(steps[sample.step :])
 
 
 @dataclass

@@ -4,7 +4,7 @@ One step, top to bottom (``DPOTrainer.step``):
 
 1. this process's share of the step's ``train.dpo.batch_size`` pairs;
 2. the summed log-probs of every chosen and rejected response under the policy (one batch, the
-   output head only on the responses' tokens);
+   output head only on the responses' tokens; for IPO the per-token mean, as TRL does);
 3. the same under the reference, without gradients: a frozen copy of the starting policy, or the base
    model with the adapters off under LoRA; none with ``reference_free``;
 4. the preference loss (``ragrl.algos.preference.dpo_loss``: sigmoid, robust, hinge, ipo), averaged
@@ -125,9 +125,14 @@ class DPOTrainer(Trainer):
         }
 
     def _summed_logprobs(self, model: Any, b: SequenceBatch) -> torch.Tensor:
+        """Each response's log-prob: the sum over its tokens, or for IPO the mean (TRL normalises IPO's
+        log-ratios by the completion length, as the IPO authors confirmed)."""
         with self.acc.autocast():
             logp = token_logprobs(model, b.input_ids, b.attention_mask, start=b.start, mask=b.loss_mask)
-        return (logp * b.loss_mask).sum(dim=1)
+        summed = (logp * b.loss_mask).sum(dim=1)
+        if self.config.dpo.loss_type == "ipo":
+            return summed / b.loss_mask.sum(dim=1).clamp(min=1.0)
+        return summed
 
     def _reference_logprobs(self, b: SequenceBatch) -> torch.Tensor:
         if self.ref_model is not None:

@@ -38,7 +38,7 @@ from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
-from ragrl.rollout.sample import Sample
+from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.base import Trainer, load_examples
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
@@ -60,14 +60,6 @@ class _Round:
     samples: list[Sample]
     keep: list[bool]
     """Per sample: kept by the group filter."""
-
-
-def _sample_reward(result: RewardResult, sample: Sample) -> float:
-    """A sample's reward: its episode's total, or with per-step rewards the return from its step on
-    (a linear episode's one sample, at step 0, gets the whole return)."""
-    if result.steps is None:
-        return result.total
-    return math.fsum(result.steps[sample.step :])
 
 
 def _kept_groups(rounds: list[_Round]) -> int:
@@ -181,7 +173,11 @@ class GRPOTrainer(Trainer):
         # estimator may read every component), and the filter that drops groups that teach nothing
         samples = self.rollout.samples(episodes)
         rows = [s.episode for s in samples]
-        rewards = torch.tensor([_sample_reward(results[x.episode], x) for x in samples], dtype=torch.float32)
+        reward_of = getattr(self.rollout, "sample_reward", return_to_go)  # a tree's nodes: their own
+        rewards = torch.tensor(
+            [reward_of(results[x.episode].total, results[x.episode].steps, x) for x in samples],
+            dtype=torch.float32,
+        )
         components = {
             key: torch.tensor([results[i].components[key] for i in rows], dtype=torch.float32)
             for key in self.method.reward.keys
