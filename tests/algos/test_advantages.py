@@ -104,15 +104,19 @@ def test_registry_and_input_errors():
     assert get_advantage("grpo_mean_only")(torch.tensor([1, 0]), torch.tensor([0, 0])).tolist() == [0.5, -0.5]
 
 
+SEEN: dict = {}
+
+
 def test_components_reach_only_the_estimators_that_ask_for_them():
     from ragrl.algos import register_advantage
 
-    seen = {}
+    seen = SEEN
+    seen.clear()
     if "test_sufficiency_weighted" not in advantage_names():
 
         @register_advantage("test_sufficiency_weighted")
         def sufficiency_weighted(rewards, group_ids, *, components, scale: float = 1.0):
-            seen.update(components)
+            SEEN.update(components)
             return get_advantage("grpo")(rewards, group_ids) * components["sufficiency"] * scale
 
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])

@@ -419,12 +419,9 @@ def test_openai_judge_batches_run_concurrently_and_keep_their_order(chat_server)
     chat_server.delay = 0.2
     answers = ["Paris", "Lyon", "Paris", "Nice", "Paris", "Rome", "Oslo", "Paris"]
     with OpenAIJudge(chat_server.url, "m", api_key_env=None, backoff=0, concurrency=4) as judge:
-        t0 = time.perf_counter()
         replies = judge.complete_batch([_messages(a) for a in answers])
-        elapsed = time.perf_counter() - t0
     assert replies == ["Yes" if a == "Paris" else "No" for a in answers]
-    assert chat_server.max_in_flight == 4  # never more than the bound
-    assert elapsed < 0.2 * len(answers) / 2  # measured about 0.4 s, against 1.6 s one at a time
+    assert chat_server.max_in_flight == 4  # four requests held at once, never more than the bound
     with pytest.raises(RagrlError, match="concurrency must be >= 1"):
         OpenAIJudge(chat_server.url, "m", concurrency=0)
 
@@ -465,7 +462,12 @@ def test_cached_judge_sends_each_request_once_and_persists_replies(tmp_path):
     assert len(other.client.seen) == 1
     # judge_answers goes through the cache's batch call
     assert judge_answers(["q", "q"], [["Paris"], ["Paris"]], ["Paris", "Lyon"], client=judge) == [1.0, 0.0]
-    path.write_text(path.read_text() + "not json\n", encoding="utf-8")
+    good = path.read_text()
+    path.write_text(good + '{"key": "abc", "rep', encoding="utf-8")  # a crash in the middle of a write
+    torn = CachedJudge(CountingJudge(), path)
+    assert torn.complete(_messages("Paris")) == "yes" and torn.client.seen == []
+    assert path.read_text() == good  # the torn record is cut off; later appends start on their own line
+    path.write_text(good + "not json\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"judge-cache.jsonl:4: not a judge cache record"):
         CachedJudge(CountingJudge(), path)
 

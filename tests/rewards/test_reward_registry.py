@@ -150,9 +150,11 @@ def test_per_step_errors():
     with pytest.raises(RagrlError, match="step_weight is"):
         build_reward([{"name": "test_searched_per_step", "step_weight": {"early": 1}}])
 
-    @register_reward("test_bad_per_step", per_step=True)
-    def bad(trajectory, example, ctx):
-        return 1.0
+    if "test_bad_per_step" not in reward_names():
+
+        @register_reward("test_bad_per_step", per_step=True)
+        def bad(trajectory, example, ctx):
+            return 1.0
 
     with pytest.raises(RagrlError, match="is per step: it must return a non-empty list"):
         build_reward([{"name": "test_bad_per_step"}])(_traj("Tolan"), EX)

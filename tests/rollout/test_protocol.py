@@ -223,3 +223,39 @@ def test_a_backtrack_drops_the_previous_step_and_each_step_trains_on_what_the_po
     # the linear engine refuses a protocol whose episodes are not linear
     with pytest.raises(RagrlError, match="backtracks, so its episodes are not linear"):
         RolloutEngine(ScriptedBackend(tok, policy), retriever, BacktrackingProtocol(), RolloutConfig())
+
+
+def test_reflection_and_backtrack_edge_cases():
+    from ragrl.rollout.stepwise import StepwiseRollout
+
+    ex = Example("q", "What is the capital of France?", ["Paris"])
+    # an answer that ends with EOS is final: no reflection after it
+    turns = iter(["<final> Lyon"])  # no stop string: the scripted backend appends EOS
+    engine = RolloutEngine(ScriptedBackend(tokenizer(), lambda p, i: next(turns)), None, ReflectingProtocol(),
+                           RolloutConfig(max_turns=3))  # fmt: skip
+    [traj] = engine.run([ex])
+    assert traj.finish_reason == "eos" and traj.answers == []
+    # a reflection text that does not fit the token budget is not appended: the answer stands
+    turns = iter(["<final> Lyon </final>"])
+    budget = RolloutConfig(max_turns=3, max_total_tokens=len(tokenizer().encode("<final> Lyon </final>")) + 2)
+    engine = RolloutEngine(
+        ScriptedBackend(tokenizer(), lambda p, i: next(turns)), None, ReflectingProtocol(), budget
+    )
+    [traj] = engine.run([ex])
+    assert traj.finish_reason == "answer" and not traj.truncated and len(traj.segments) == 1
+
+    # a backtrack as the first turn drops only itself; one that ends with EOS ends the episode
+    def stepwise(replies, protocol):  # noqa: ANN001, ANN202
+        it = iter(replies)
+        backend = ScriptedBackend(tokenizer(), lambda p, i: next(it))
+        [t] = StepwiseRollout(backend, None, protocol, RolloutConfig(max_turns=3)).run([ex])
+        return t
+
+    traj = stepwise(["<back/>", "<final> Paris </final>"], BacktrackingProtocol())
+    assert traj.final_answer == "Paris" and traj.metadata["contexts"] == [[], []]
+
+    class BackWithoutStop(BacktrackingProtocol):
+        stop = ("</lookup>", "</final>")  # "<back/>" does not stop the turn: EOS ends it
+
+    traj = stepwise(["<back/> and that is all"], BackWithoutStop())
+    assert traj.finish_reason == "eos" and [a.kind for a in traj.actions] == ["backtrack"]

@@ -44,3 +44,24 @@ def test_sft_loss_is_policy_token_mean_and_decreases(world_dir, tmp_path):
     losses = [trainer.step()["loss"] for _ in range(6)]  # batch 8 of 8 demos: the same batch each step
     assert abs(losses[0] - expected) < 1e-4
     assert losses[-1] < losses[0] - 0.5
+
+
+def test_a_stepwise_method_learns_each_turn_on_the_context_it_saw(world_dir, tmp_path):
+    method = load_method(
+        "search_r1-tiny",
+        [f"train.model.path={world_dir / 'model'}", f"train.out={tmp_path / 'sft'}", "rollout.kind=stepwise",
+         "train.sft.batch_size=4", "train.sft.max_steps=1"],
+    )  # fmt: skip
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples, _ = read_examples(world_dir / "train.jsonl")
+    demos = demonstration_trajectories(
+        method, tokenizer, OracleDemonstrator(), examples[:4], load_retriever(world_dir / "bm25")
+    )
+    trainer = SFTTrainer(method, method.train, demos, eval_examples=[], model=model, tokenizer=tokenizer)
+    turns = sum(1 for t in demos for s in t.segments if s.kind == "policy")
+    assert len(trainer.demonstrations) == turns > len(demos)
+    first = trainer.demonstrations[1]  # the second turn of the first demonstration
+    segs = demos[0].segments
+    assert first.prompt_ids == demos[0].prompt_ids + segs[0].token_ids + segs[1].token_ids
+    assert first.completion_ids == segs[2].token_ids and set(first.loss_mask) == {1}
+    assert trainer.step()["loss"] > 0

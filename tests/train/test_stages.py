@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method, load_method_config
+from ragrl.methods.train_config import EVAL_METRICS
 from ragrl.train.stages import run_stages
 
 HERE = Path(__file__).parent
@@ -114,3 +116,29 @@ def test_stage_configs_are_checked_when_the_config_loads():
         load_method("search_r1-tiny", ["train.stages=[{name: a, overrides: ['train.out=x']}]"])
     with pytest.raises(RagrlError, match="train.best_metric names a held-out evaluation value"):
         load_method("search_r1-tiny", ["train.best_metric=em"])
+    # a typo in a later stage's overrides fails when the config loads, before the first stage trains
+    typo = "train.stages=[{name: a}, {name: b, overrides: ['train.grpo.advantage=grpoo']}]"
+    with pytest.raises(RagrlError, match=r"train.stages\[1\] \(b\): train.grpo.advantage: unknown advantage"):
+        load_method("search_r1-tiny", [typo])
+    with pytest.raises(RagrlError, match="LoRA run exports adapters only"):
+        load_method("search_r1-tiny", ["train.stages=[{name: a}]", "train.model.lora={r: 4}"])
+
+
+def test_a_crashed_stage_restarts_clean_and_a_finished_one_is_not_evaluated_twice(world_dir, tmp_path):
+    cfg = _config(world_dir, tmp_path, STAGES)
+    full, part = tmp_path / "full", tmp_path / "part"
+    run_stages(cfg, [f"train.out={full}"])
+    # a crash inside stage 1 before its first checkpoint: the stage restarts from scratch on resume
+    run_stages(cfg, [f"train.out={part}"], stop=(1, 1))
+    shutil.rmtree(part / "stage-1-main" / "checkpoints")
+    run_stages(cfg, [f"train.out={part}"], resume=True)
+    assert _records(part / "stage-1-main") == _records(full / "stage-1-main")
+    # a crash after stage 1's final checkpoint but before stages.json recorded it: no second "after"
+    state = json.loads((part / "stages.json").read_text())
+    (part / "stages.json").write_text(json.dumps({"finished": state["finished"][:1]}))
+    run_stages(cfg, [f"train.out={part}"], resume=True)
+    assert _records(part / "stage-1-main") == _records(full / "stage-1-main")
+    evals = [r for r in _records(full / "stage-0-warmup") if r["kind"] == "eval"]
+    assert {k for k, v in evals[0].items() if k.startswith("eval/") and not isinstance(v, str)} == set(
+        EVAL_METRICS
+    )

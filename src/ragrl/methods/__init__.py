@@ -217,7 +217,20 @@ def load_method(
                 f"train.grpo.group_filter_on: {on!r} is neither 'total' nor a reward component of this "
                 f"method ({', '.join(method.reward.keys)})"
             )
+        for i, stage in enumerate(method.train.stages):  # each stage's config, before any stage runs
+            try:
+                load_method(name_or_path, [*_as_list(overrides), *stage.overrides, "train.stages=[]"])
+            except RagrlError as e:
+                raise RagrlError(f"train.stages[{i}] ({stage.name}): {e}") from None
     return method
+
+
+def _as_list(overrides: Sequence[str] | Mapping[str, Any] | None) -> list[str]:
+    if not overrides:
+        return []
+    if isinstance(overrides, Mapping):
+        return [f"{k}={v}" for k, v in overrides.items()]
+    return list(overrides)
 
 
 __all__ = [

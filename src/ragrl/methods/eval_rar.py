@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.schema import Example, Passage
+from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.search_r1 import (
@@ -252,15 +252,14 @@ class EvalRarOracle:
         self.evaluate, self.prefill = evaluate, prefill
         self.search_oracle = OracleDemonstrator()
 
-    def evaluation(self, example: Example, hop: int, passages: list[Passage]) -> str:
-        """The body of the evaluation after the ``hop``-th search (1-based), which retrieved
-        ``passages``."""
+    def evaluation(self, example: Example, hop: int, observation: str) -> str:
+        """The body of the evaluation after the ``hop``-th search (1-based), whose passages the policy
+        was shown as ``observation`` (cut to ``max_obs_tokens`` where it was)."""
         steps = example.decomposition or []
         p = EvaluationPhrases
         if hop <= len(steps):
             found = steps[hop - 1].answers[0]
-            shown = " ".join(f"{x.title}\n{x.text}" for x in passages).lower()
-            seen = p.found.format(found=found) if found.lower() in shown else p.not_found
+            seen = p.found.format(found=found) if found.lower() in observation.lower() else p.not_found
         else:
             seen = p.not_found
         if hop < len(steps):
@@ -274,7 +273,7 @@ class EvalRarOracle:
         action = self.search_oracle.next_turn(example, searched)
         if not history or history[-1].action.kind != "search":
             return action  # the first turn, or the turn after a separate evaluation
-        body = self.evaluation(example, len(searched), history[-1].passages)
+        body = self.evaluation(example, len(searched), history[-1].observation)
         if self.evaluate == "separate":
             return f" {body} </evaluate>" if self.prefill else f"<evaluate> {body} </evaluate>"
         return f"<evaluate> {body} </evaluate>\n{action}"

@@ -115,6 +115,18 @@ class SFTConfig:
     """world.json whose names ``name_swap`` renames (None: next to ``train.data.train``)."""
 
 
+EVAL_METRICS = (
+    "eval/em",
+    "eval/f1",
+    "eval/em_answerable",
+    "eval/answer_rate",
+    "eval/searches",
+    "eval/top_answer_share",
+    "eval/n",
+)
+"""The numeric values of a held-out evaluation record (``ragrl.train.base.Trainer.evaluate``)."""
+
+
 @dataclass
 class DPOConfig:
     """Preference training on (chosen, rejected) pairs (``ragrl dpo``; ``ragrl.train.dpo``)."""
@@ -246,10 +258,15 @@ class TrainConfig:
             )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
-        if self.best_metric and not self.best_metric.startswith("eval/"):
+        if self.best_metric and self.best_metric not in EVAL_METRICS:
             raise RagrlError(
-                "train.best_metric names a held-out evaluation value such as eval/em, got "
+                f"train.best_metric names a held-out evaluation value ({', '.join(EVAL_METRICS)}), got "
                 f"{self.best_metric!r}"
+            )
+        if self.stages and self.model.lora is not None:
+            raise RagrlError(
+                "train.stages with train.model.lora: a stage hands its exported policy to the next, and "
+                "a LoRA run exports adapters only; train the stages without LoRA (or run them by hand)"
             )
         names = [st.name for st in self.stages]
         if len(set(names)) != len(names) or not all(n.replace("-", "_").isidentifier() for n in names):

@@ -194,7 +194,7 @@ def judge_answers(
 ) -> list[float]:
     """``judge_answer`` over parallel lists, in order. The prompts not in ``cache`` (and not empty
     predictions) go to the judge once each, in one ``complete_batch`` call when the client has one
-    (``LocalJudge``), else one ``complete`` call each."""
+    (``LocalJudge``, ``OpenAIJudge``, ``CachedJudge``), else one ``complete`` call each."""
     if not len(questions) == len(answers) == len(predictions):
         raise RagrlError(
             f"judge_answers: questions ({len(questions)}), answers ({len(answers)}) and predictions "

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ragrl.console import console
 from ragrl.errors import DataError, RagrlError
 
 if TYPE_CHECKING:
@@ -199,8 +200,11 @@ class OpenAIJudge:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"OpenAIJudge({self.url!r}, model={self.model!r})"
+    def __repr__(self) -> str:  # names everything that changes a reply (the cache keys on it)
+        return (
+            f"OpenAIJudge({self.url!r}, model={self.model!r}, temperature={self.temperature}, "
+            f"max_tokens={self.max_tokens})"
+        )
 
 
 class LocalJudge:
@@ -238,7 +242,8 @@ class LocalJudge:
             self.name = str(path)
         else:
             self.backend = model
-            self.name = type(model).__name__
+            inner = getattr(getattr(model, "model", None), "name_or_path", None)
+            self.name = str(inner) if inner else type(model).__name__
         self.max_new_tokens = max_new_tokens
 
     def complete(self, messages: list[dict[str, str]]) -> str:
@@ -258,7 +263,7 @@ class LocalJudge:
         return [tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in generations]
 
     def __repr__(self) -> str:
-        return f"LocalJudge({self.name!r})"
+        return f"LocalJudge({self.name!r}, max_new_tokens={self.max_new_tokens})"
 
 
 _OPENAI_KEYS = (
@@ -315,11 +320,12 @@ class CachedJudge:
     client in one ``complete_batch`` (or one ``complete`` each when it has none).
 
     The key is a SHA-256 of the client's ``repr`` (its URL and model, or its model path) and the
-    messages, so one cache file may serve several judges. With ``path``, every new reply is appended to
-    that jsonl file (``{"key", "reply"}`` per line) as soon as it arrives, and the file is read back when
-    the cache is built: a run that re-scores the same episodes, or resumes, does not pay twice. A line
-    that is not such a record is a ``DataError`` naming the file and line. ``hits`` and ``misses``
-    count requests.
+    messages, so one cache file may serve several judges. With ``path``, the new replies of a batch are
+    appended to that jsonl file (``{"key", "reply"}`` per line) when the batch returns, and the file is
+    read back when the cache is built: a run that re-scores the same episodes, or resumes, does not pay
+    twice. A line that is not such a record is a ``DataError`` naming the file and line, except a torn
+    last line (a crash in the middle of a write), which is skipped with a warning. ``hits`` and
+    ``misses`` count requests. One process writes a cache file at a time.
     """
 
     def __init__(self, client: JudgeClient, path: str | Path | None = None) -> None:
@@ -329,17 +335,21 @@ class CachedJudge:
         self._replies: dict[str, str] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
-            with self.path.open(encoding="utf-8") as f:
-                for line_no, line in enumerate(f, start=1):
-                    if not line.strip():
+            lines = self.path.read_text(encoding="utf-8").split("\n")
+            for line_no, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    self._replies[str(record["key"])] = str(record["reply"])
+                except (ValueError, KeyError, TypeError):
+                    if line_no == len(lines):  # no newline after it: a write cut short by a crash
+                        console.print(f"warning: {self.path}:{line_no}: dropped a torn last record")
+                        # cut it off, so the next append starts on a line of its own
+                        self.path.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
                         continue
-                    try:
-                        record = json.loads(line)
-                        self._replies[str(record["key"])] = str(record["reply"])
-                    except (ValueError, KeyError, TypeError):
-                        raise DataError(
-                            "not a judge cache record {key, reply}", path=self.path, line=line_no
-                        ) from None
+                    what = "not a judge cache record {key, reply}"
+                    raise DataError(what, path=self.path, line=line_no) from None
 
     def key(self, messages: list[dict[str, str]]) -> str:
         blob = json.dumps([repr(self.client), messages], sort_keys=True, ensure_ascii=False)
@@ -354,8 +364,9 @@ class CachedJudge:
         for k, m in zip(keys, batch, strict=True):
             if k not in self._replies and k not in todo:
                 todo[k] = list(m)
-        self.misses += len(todo)
-        self.hits += len(keys) - len(todo)
+        with self._lock:
+            self.misses += len(todo)
+            self.hits += len(keys) - len(todo)
         if todo:
             batch_fn = getattr(self.client, "complete_batch", None)
             messages = list(todo.values())

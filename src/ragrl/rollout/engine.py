@@ -7,7 +7,8 @@ example are consecutive, with ``metadata["group"]`` = the example's index and ``
 Each turn:
 
 1. all *active* trajectories are generated in ONE ``backend.generate`` call; a prompt is the episode's
-   prompt ids plus every segment token so far (exactly as generated / appended, never re-tokenized);
+   prompt ids plus every segment token so far (exactly as generated / appended, never re-tokenized;
+   after a backtrack, ``rollout/stepwise.py``, only the segments still in the active context);
 2. each generated segment is kept as a policy segment (text = ``decode(token_ids)``) and parsed by the
    protocol, on that segment's text only;
 3. all search queries of the turn go to the retriever in ONE ``retriever.search`` call;
@@ -22,14 +23,16 @@ Budgets and their recorded outcomes (``Trajectory.finish_reason`` / ``truncated`
 
 * ``max_turns`` policy turns; an episode still running after them ends ``"max_turns"`` (truncated),
   unless ``final_answer_turn`` grants one more generation, whose search is not executed;
-* ``max_total_tokens``: the completion (policy + env tokens) never exceeds it. Each turn may generate
+* ``max_total_tokens``: the completion (policy + env tokens; after a backtrack, those of the active
+  context) never exceeds it. Each turn may generate
   ``min(max_new_tokens, remaining)`` tokens; an observation that does not fit is cut to the remaining
   budget and the episode ends ``"max_tokens"`` (truncated), as does a turn that uses up the budget;
 * ``max_new_tokens`` per turn: a cut turn has ``finish_reason == "length"`` on its segment;
 * ``max_obs_tokens``: longer observations are cut to it (``Segment.truncated``);
 * ``max_invalid``: that many invalid actions end the episode ``"invalid_limit"``;
 * EOS without an answer ends the episode ``"eos"`` (an unexecuted search in that turn is recorded with
-  ``error``); an answer ends it ``"answer"``.
+  ``error``); an answer ends it ``"answer"``, unless the protocol asks for another pass
+  (``Protocol.after_answer``, a reflection) and a turn and room for its text are left.
 
 The generate call of a turn uses the largest per-trajectory token allowance; a generation longer than
 its own trajectory's allowance is cut to it (a prefix of a sample is a sample, log-probs stay exact) and
@@ -305,11 +308,14 @@ class RolloutEngine:
 
             if self.protocol.is_backtrack(action):
                 ep.backtrack()  # the step before and this one leave the context; the turn count goes on
+                if finish == "eos":
+                    self._finish(ep, "eos", truncated=False, t0=t0)
                 continue
             if self.protocol.is_final(action):
                 ep.traj.final_answer = action.content
                 again = self.protocol.after_answer(ep.traj, action) if execute_search else None
-                if again is None or finish == "eos" or cfg.max_total_tokens - ep.used <= 0:
+                fits = again is not None and len(self._encode_obs(again)) < cfg.max_total_tokens - ep.used
+                if not fits or finish == "eos":  # no reflection that would not fit whole, or leave no room
                     self._finish(ep, "answer", truncated=False, t0=t0)
                 else:  # one more pass in the same episode (a reflection): its answer, if any, is final
                     self._append_obs(ep, again, t0)

@@ -72,6 +72,11 @@ def return_to_go(total: float, steps: list[float] | None, sample: Sample) -> flo
     ``sample_reward(total, steps, sample)``."""
     if steps is None:
         return total
+    if sample.step >= len(steps):
+        raise ValueError(
+            f"sample of {sample.example_id!r} is step {sample.step}, but its episode's reward has "
+            f"{len(steps)} steps (a per-step component must score every policy turn)"
+        )
     return math.fsum(steps[sample.step :])
 
 

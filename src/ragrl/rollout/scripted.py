@@ -190,8 +190,10 @@ class DemonstratorBackend:
         for prompt in prompts:
             prompt = list(prompt)
             ex, history = self._state(prompt)
-            gen, kept = scripted_generation(self.tokenizer, self.demonstrator.next_turn(ex, history), params)
+            gen, _ = scripted_generation(self.tokenizer, self.demonstrator.next_turn(ex, history), params)
             key = tuple(prompt + gen.token_ids)
-            self._after.setdefault(len(key), {})[key] = (ex, history, kept)
+            # the turn as the engine sees it: the decoded tokens (cut, unknown words and all)
+            text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=False)
+            self._after.setdefault(len(key), {})[key] = (ex, history, text)
             out.append(gen)
         return out

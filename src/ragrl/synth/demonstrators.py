@@ -156,7 +156,8 @@ class HeuristicDemonstrator:
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         if not history:
             return search_turn("Let me search for the question.", example.question)
-        docs = [(p.title, p.text) for p in history[-1].passages]
+        shown = history[-1]  # the passages whose title the observation showed (it may have been cut)
+        docs = [(p.title, p.text) for p in shown.passages if p.title in shown.observation]
         answer = self.guess(example.question, docs)
         return answer_turn("I will answer from the retrieved documents.", answer)
 

@@ -238,8 +238,9 @@ class Trainer:
                 bar.update(task, advance=1, description=_describe(self.kind, metrics) + last_em)
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
-        if self.step_count >= total:
-            self.evaluate("after")
+        after = bool(self.evals) and self.evals[-1].get("phase") == "after"
+        if self.step_count >= total and not (after and self.evals[-1].get("step") == self.step_count):
+            self.evaluate("after")  # once: a run resumed from its final checkpoint keeps its record
         self.save()
         return self.finish()
 

@@ -3,12 +3,16 @@
 One step, top to bottom (``GRPOTrainer.step``):
 
 1. take this process's share of the step's questions (whole groups: a group never straddles processes);
-2. roll each out ``G = rollout.n`` times with the current policy (the multi-turn engine, seeded by step);
-3. score every rollout with the method's reward (named, weighted components, each logged);
-4. group advantages (``algos`` registry) and the group filter;
+2. play each ``G = rollout.n`` times with the method's rollout and the current policy (seeded by step);
+3. score the episodes with the method's reward, in one batch (named components, each logged);
+4. cut the episodes into training samples (one per linear episode, one per turn or node otherwise),
+   advantages within each sample's group (``algos`` registry; the estimator may read every component)
+   and the group filter; with ``refill_rounds``, more questions until enough groups survive (1-4 are
+   ``_play``, one call per round);
 5. π_old and π_ref log-probs where the config needs them;
-6. ``ppo_epochs`` passes of minibatch updates: PPO-clip (+ β·KL) aggregated over the *global*
-   minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf watchdog;
+6. ``ppo_epochs`` passes of minibatch updates: the registered policy loss (PPO-clip) + β·KL, aggregated
+   over the *global* minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf
+   watchdog;
 7. diagnostics into ``metrics.jsonl``.
 
 Losses are scaled so that ``accelerate launch --num_processes N`` computes the same update as one
@@ -22,6 +26,7 @@ import copy
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -111,7 +116,7 @@ class GRPOTrainer(Trainer):
         # 1-4. questions -> episodes -> rewards -> samples with advantages -> the group filter (_play);
         # with refill_rounds > 0, new questions are played until per_process groups survive the filter
         rounds = [self._play(0, per_process)]
-        while len(rounds) <= g.refill_rounds and _kept_groups(rounds) < per_process:
+        while len(rounds) <= g.refill_rounds and self._short_of_groups(rounds, per_process):
             rounds.append(self._play(len(rounds), per_process))
         t_rollout = time.perf_counter() - t0
 
@@ -142,12 +147,18 @@ class GRPOTrainer(Trainer):
             episode_kept,
             update,
         )
-        metrics["samples"] = sum(len(r.samples) for r in rounds)
+        metrics["samples"] = int(self.global_sum(sum(len(r.samples) for r in rounds)))
         metrics["refill_rounds"] = len(rounds) - 1
         metrics["rollout_seconds"] = round(t_rollout, 3)
         metrics["step_seconds"] = round(time.perf_counter() - t0, 3)
         self._maybe_write_samples(rounds[0].episodes)
         return metrics
+
+    def _short_of_groups(self, rounds: list[_Round], per_process: int) -> bool:
+        """Whether any process holds fewer than ``per_process`` surviving groups: every process then
+        plays one more round, so all of them take the same questions from the sampler."""
+        short = _kept_groups(rounds) < per_process
+        return self.global_sum(float(short)) > 0 if self.acc.num_processes > 1 else short
 
     def _play(self, round_index: int, per_process: int) -> _Round:
         """Steps 1-4 for one round of questions (round 0, then refills)."""
@@ -174,6 +185,14 @@ class GRPOTrainer(Trainer):
         samples = self.rollout.samples(episodes)
         rows = [s.episode for s in samples]
         reward_of = getattr(self.rollout, "sample_reward", return_to_go)  # a tree's nodes: their own
+        if reward_of is return_to_go:  # one sample per turn: the per-step rewards must cover every turn
+            per_episode = Counter(x.episode for x in samples)
+            for i, r in enumerate(results):
+                if r.steps is not None and per_episode[i] > 1 and len(r.steps) != per_episode[i]:
+                    raise RagrlError(
+                        f"example {episodes[i].example_id!r}: {len(r.steps)} per-step rewards for "
+                        f"{per_episode[i]} training samples (one per policy turn)"
+                    )
         rewards = torch.tensor(
             [reward_of(results[x.episode].total, results[x.episode].steps, x) for x in samples],
             dtype=torch.float32,

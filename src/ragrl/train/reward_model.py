@@ -20,7 +20,6 @@ preference accuracy (per head and of the summed heads) every epoch. ``MultiHeadR
 from __future__ import annotations
 
 import json
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -193,7 +192,10 @@ class RewardModelTrainer:
         self.history: list[dict[str, float]] = []
 
     def evaluate(self, rows: list[int]) -> dict[str, float]:
-        """Loss and accuracy over ``rows``; per head, and of the summed heads on the pair's own order."""
+        """Loss and accuracy over ``rows``; per head, and of the summed heads on the pair's own order
+        (empty when no head has a label on these pairs)."""
+        if not bool((self.signs[rows] != 0).any()):
+            return {}
         with torch.no_grad():
             c, r, s = self.model(self.chosen[rows]), self.model(self.rejected[rows]), self.signs[rows]
             loss, accuracy = pairwise_loss(c, r, s)
@@ -215,17 +217,20 @@ class RewardModelTrainer:
         for epoch in range(1, cfg.epochs + 1):
             order = list(self.train_rows)
             rng.shuffle(order)
-            losses = []
+            total, labelled = 0.0, 0
             for i in range(0, len(order), cfg.batch_size):
                 rows = order[i : i + cfg.batch_size]
+                n = int((self.signs[rows] != 0).sum())
+                if n == 0:  # no head has a label on these pairs: nothing to learn from them
+                    continue
                 loss, _ = pairwise_loss(
                     self.model(self.chosen[rows]), self.model(self.rejected[rows]), self.signs[rows]
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
-                losses.append(float(loss.detach()) * len(rows))
-            record = {"epoch": epoch, "train/loss": math.fsum(losses) / len(order)}
+                total, labelled = total + float(loss.detach()) * n, labelled + n
+            record = {"epoch": epoch, "train/loss": total / labelled if labelled else float("nan")}
             if self.val_rows:
                 record.update({f"val/{k}": v for k, v in self.evaluate(self.val_rows).items()})
             self.history.append(record)

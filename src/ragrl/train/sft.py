@@ -70,6 +70,14 @@ class SFTTrainer(Trainer):
                     "(set train.sft.world)"
                 )
             self.name_swap = NameSwap.from_world(world_json, self.tokenizer)
+        rollout = method.make_rollout(_NoGeneration(self.tokenizer), self.retriever)
+        if getattr(rollout, "keeps_step_contexts", False):
+            # a step-wise method trains every turn on the context it was generated after (after a
+            # backtrack that is not the whole record): the rollout's own samples
+            if self.name_swap is not None:
+                raise RagrlError("train.sft.name_swap is not supported for rollout.kind stepwise yet")
+            samples = rollout.samples(self.demonstrations)
+            self.demonstrations = [x for x in samples if x.num_policy_tokens > 0]
         self._prepare(len(self.demonstrations), self.total_steps, lr=config.sft.lr)
 
     @property
@@ -120,3 +128,13 @@ class SFTTrainer(Trainer):
             "lr": self.scheduler.get_last_lr()[0],
             "step_seconds": round(time.perf_counter() - t0, 3),
         }
+
+
+class _NoGeneration:
+    """The backend of a rollout used only to cut demonstrations into samples (it never generates)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts: Any, params: Any) -> Any:  # pragma: no cover - never called
+        raise RagrlError("SFT cuts demonstrations into samples; it does not generate")

@@ -22,9 +22,12 @@ result is the same as a run that was never interrupted.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from accelerate import PartialState
 
 from ragrl.console import console
 from ragrl.errors import RagrlError
@@ -52,16 +55,19 @@ def run_stages(
     after saving would (for tests of exact resume)."""
     from ragrl.train.grpo import GRPOTrainer
 
-    base = load_method(config, list(overrides))
+    base = load_method(config, list(overrides))  # checks every stage's config too
     stages, out = base.train.stages, Path(base.train.out)
     if not stages:
         raise RagrlError(f"{config}: train.stages is empty; use an ordinary run")
+    state = PartialState()  # under accelerate launch: the folder is the main process's to write
     finished = _read_state(out) if resume else []
     if not resume and out.is_dir() and any(out.iterdir()):
         raise RagrlError(
             f"{out}: a staged run is already there; pass --resume latest or choose another --out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()  # every process has looked before any writes
+    if state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
     summaries = [f["summary"] for f in finished]
     for i, stage in enumerate(stages):
         if i < len(finished):
@@ -72,9 +78,11 @@ def run_stages(
             config, [*overrides, *stage.overrides, f"train.out={where}", f"train.model.path={start}"]
         )
         in_progress = resume and bool(list_checkpoints(where))
-        if not in_progress:
-            where.mkdir(parents=True, exist_ok=True)
+        if not in_progress and state.is_main_process:  # a fresh start: nothing left of a crashed one
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir(parents=True)
             (where / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+        state.wait_for_everyone()
         console.print(f"stage {i} ({stage.name}): from {start}, {method.train.steps} steps -> {where}")
         trainer = GRPOTrainer(method, method.train, run_dir=where)
         until = stop[1] if stop is not None and stop[0] == i else None  # train() saves where it stops
@@ -82,7 +90,9 @@ def run_stages(
         if until is not None and trainer.step_count < method.train.steps:
             return summaries
         finished.append({"name": stage.name, "dir": str(where), "start": str(start), "summary": summary})
-        _write_state(out, finished)
+        if state.is_main_process:
+            _write_state(out, finished)
+        state.wait_for_everyone()
         summaries.append(summary)
     return summaries
 
