@@ -15,10 +15,12 @@ from ragrl.methods import load_method
 from ragrl.methods.eval_rar import (
     CORRECTIVE,
     EvalRarOracle,
+    EvalRarProtocol,
     contains_gold,
     evaluation_text,
+    evaluations,
 )
-from ragrl.methods.search_r1 import TAGS, evaluations
+from ragrl.methods.search_r1 import TAGS, SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.replay import trajectory_from_completion
@@ -329,8 +331,8 @@ def test_bad_switches_are_config_errors():
         method("protocol.evaluate=none")
     with pytest.raises(RagrlError, match="free or separate, got 'always'"):
         method("protocol.evaluate=always")
-    with pytest.raises(RagrlError, match="must be one of none, free, separate, got 'False' .YAML reads"):
-        load_method("search_r1", ["protocol.evaluate=off"])
+    with pytest.raises(RagrlError, match="free or separate, got 'False' .YAML reads"):
+        method("protocol.evaluate=off")
     with pytest.raises(RagrlError, match="prefill_evaluate needs"):
         method("protocol.prefill_evaluate=true")
 
@@ -444,3 +446,17 @@ def test_after_observation_only_reads_the_evaluations_algorithm_1_asks_for():
     assert evaluations(prefilled, True) == evaluations(follow_up, True) == ["ok"]
     with pytest.raises(RagrlError, match="after_observation_only must be true or false"):
         method("reward.1.after_observation_only=sometimes")
+
+
+def test_the_search_r1_protocol_knows_nothing_of_the_evaluation():
+    """Eval-RAR's evaluation step lives in its own protocol; Search-R1 takes no evaluate setting."""
+    assert isinstance(method().protocol, EvalRarProtocol) and method().protocol.name == "eval_rar"
+    plain = load_method("search_r1")
+    assert type(plain.protocol) is SearchR1Protocol and plain.protocol.followup_stop == ()
+    with pytest.raises(RagrlError, match="evaluate"):
+        load_method("search_r1", ["protocol.evaluate=free"])
+    separate = method("protocol.evaluate=separate", "protocol.prefill_evaluate=true").protocol
+    assert separate.followup_stop == ("</evaluate>",) and separate.observation_tail == "<evaluate>"
+    observation = separate.observation(Action("search", "q"), [])
+    body, tail = observation.removesuffix("<evaluate>"), observation[-len("<evaluate>") :]
+    assert tail == "<evaluate>" and body.strip().endswith("</information>")

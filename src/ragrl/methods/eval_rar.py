@@ -46,15 +46,15 @@ from ragrl.methods.search_r1 import (
     SearchR1Config,
     SearchR1Protocol,
     SearchR1ProtocolConfig,
-    evaluations,
     search_diagnostics,
 )
 from ragrl.metrics.answer import exact_match
 from ragrl.metrics.normalize import normalize
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.protocol import find_spans, first_span, squash_ws
 from ragrl.rollout.scripted import Turn
-from ragrl.rollout.trajectory import Trajectory
+from ragrl.rollout.trajectory import Action, Trajectory
 from ragrl.synth.demonstrators import EvaluationPhrases, OracleDemonstrator
 
 EVAL_RAR_PROMPT = (
@@ -82,6 +82,88 @@ class EvalRarProtocolConfig(SearchR1ProtocolConfig):
     corrective: str = CORRECTIVE
     question_mark: bool = True
     evaluate: str = "free"
+    """Where the evaluation is written: ``free`` (at the start of the policy's next turn: only the prompt
+    asks for it) or ``separate`` (a generation of its own right after each observation, stopped at
+    ``</evaluate>``)."""
+    prefill_evaluate: bool = False
+    """``separate`` only: the observation ends with ``<evaluate>``, the policy writes the body."""
+
+
+EVALUATE_MODES = ("free", "separate")
+
+
+class EvalRarProtocol(SearchR1Protocol):
+    """Search-R1's grammar with an ``<evaluate>…</evaluate>`` block after every observation."""
+
+    name = "eval_rar"
+
+    def __init__(self, config: EvalRarProtocolConfig | None = None) -> None:
+        c = config or EvalRarProtocolConfig()
+        if c.evaluate not in EVALUATE_MODES:
+            hint = (
+                " (YAML reads unquoted off/on/yes/no as booleans)" if c.evaluate in ("True", "False") else ""
+            )
+            raise RagrlError(
+                f"eval_rar: protocol.evaluate must be free or separate, got {c.evaluate!r}{hint} (without "
+                "the evaluation step it is the search_r1 method)"
+            )
+        if c.prefill_evaluate and c.evaluate != "separate":
+            raise RagrlError("protocol.prefill_evaluate needs protocol.evaluate: separate")
+        super().__init__(c)
+        if c.evaluate == "separate":
+            self.followup_stop = ("</evaluate>",)
+
+    @property
+    def observation_tail(self) -> str:
+        return "<evaluate>" if self.config.prefill_evaluate else ""
+
+    def parse_followup(self, text: str, turn: int) -> Action:
+        """The separate evaluation step: the body of its ``<evaluate>`` block (with ``prefill_evaluate``,
+        the text before ``</evaluate>``)."""
+        if self.config.prefill_evaluate:
+            body, closed, _ = text.partition("</evaluate>")
+            error = None if closed else "unclosed <evaluate> block"
+        else:
+            span = first_span(text, "evaluate")
+            body, error = (span.content, None) if span else ("", "no <evaluate> block")
+        return Action("evaluate", content=squash_ws(body), turn=turn, error=error)
+
+
+def evaluations(trajectory: Trajectory, after_observation_only: bool = False) -> list[str]:
+    """The bodies of the ``<evaluate>`` blocks the policy wrote, in order (whitespace collapsed).
+
+    Only policy text is read: each observation counts as a line break, except that an observation
+    ending with the prefilled ``<evaluate>`` opens the block the next policy segment closes. The prompt
+    (which names the tags) is never read.
+
+    ``after_observation_only``: keep only the block that opens the policy text right after each
+    ``<information>`` observation (nothing but whitespace before it), i.e. the evaluations Algorithm 1
+    asks for, not blocks written without a search or later in a turn."""
+    parts: list[str] = []
+    allowed: list[tuple[int, int]] = []  # (where the block must open, where that policy segment ends)
+    offset, after_obs = 0, False
+    for s in trajectory.segments:
+        if s.kind == "policy":
+            if after_obs:
+                allowed.append((offset, offset + len(s.text)))
+            text, after_obs = s.text, False
+        else:
+            prefilled = s.text.rstrip().endswith("<evaluate>")
+            text = "\n<evaluate>" if prefilled else "\n"
+            after_obs = "<information>" in s.text and not prefilled
+            if prefilled:
+                allowed.append((offset + 1, offset + 1))
+        parts.append(text)
+        offset += len(text)
+    joined = "".join(parts)
+    spans = find_spans(joined, "evaluate")
+    if after_observation_only:
+        spans = [
+            span
+            for span in spans
+            if any(a <= span.start <= end and not joined[a : span.start].strip() for a, end in allowed)
+        ]
+    return [squash_ws(span.content) for span in spans]
 
 
 def _default_reward() -> list[dict[str, Any]]:
@@ -282,12 +364,7 @@ class EvalRarOracle:
 def build_method(cfg: Any) -> Method:
     """Eval-RAR from a loaded config (see ``ragrl.methods.load_method``)."""
     config = to_dataclass(EvalRarConfig, cfg)
-    if config.protocol.evaluate not in ("free", "separate"):
-        raise RagrlError(
-            f"eval_rar: protocol.evaluate must be free or separate, got {config.protocol.evaluate!r} "
-            "(without the evaluation step it is the search_r1 method)"
-        )
-    protocol = SearchR1Protocol(config.protocol)
+    protocol = EvalRarProtocol(config.protocol)
     settings = evaluation_settings(config.reward)
     return Method(
         name=config.method,

@@ -11,11 +11,8 @@ A closing tag pairs with the nearest opening tag of the same name before it, so
 and internal whitespace collapsed. A segment with neither span is ``invalid``; so is an empty query or an
 empty answer. ``<think>`` is optional and never checked (the format reward, later, may check it).
 
-The optional evaluation step (``protocol.evaluate``; Eval-RAR, ``ragrl.methods.eval_rar``) adds an
-``<evaluate>…</evaluate>`` block after every observation, written either at the start of the policy's
-next turn (``free``: only the prompt asks for it) or by a separate generation right after the
-observation that stops at ``</evaluate>`` (``separate``; ``prefill_evaluate`` ends the observation
-with ``<evaluate>``). ``evaluations(trajectory)`` reads the blocks back from policy text only.
+Eval-RAR (``ragrl.methods.eval_rar``) extends this protocol with an evaluation step after every
+observation; the hooks it uses are ``observation_tail`` and ``parse_followup``.
 
 The prompt is our own wording (``configs/search_r1.yaml``); only the tags and the turn structure follow
 the paper. The example answer the prompt shows (``<answer> Paris </answer>``) cannot be mistaken for the
@@ -38,7 +35,7 @@ from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
-from ragrl.rollout.protocol import Protocol, find_spans, first_span, last_span_of, squash_ws
+from ragrl.rollout.protocol import Protocol, find_spans, last_span_of, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
 
 DEFAULT_USER = (
@@ -66,14 +63,6 @@ class SearchR1ProtocolConfig:
     """Observation for an invalid action; ``{error}`` (optional) says what was wrong."""
     question_mark: bool = False
     """End the question with ``?`` when it does not (the Search-R1 / AutoRefine data code)."""
-    evaluate: str = "none"
-    """The evaluation step after each search: ``none``, ``free`` or ``separate`` (module doc). (Not
-    ``off``: YAML reads an unquoted ``off`` as the boolean false.)"""
-    prefill_evaluate: bool = False
-    """``separate`` only: the observation ends with ``<evaluate>``, the policy writes the body."""
-
-
-EVALUATE_MODES = ("none", "free", "separate")
 
 
 def _default_reward() -> list[dict[str, Any]]:
@@ -107,19 +96,6 @@ class SearchR1Protocol(Protocol):
 
     def __init__(self, config: SearchR1ProtocolConfig | None = None) -> None:
         self.config = c = config or SearchR1ProtocolConfig()
-        if c.evaluate not in EVALUATE_MODES:
-            hint = (
-                " (YAML reads unquoted off/on/yes/no as booleans)" if c.evaluate in ("True", "False") else ""
-            )
-            raise RagrlError(
-                f"protocol.evaluate must be one of {', '.join(EVALUATE_MODES)}, got {c.evaluate!r}{hint}"
-            )
-        if c.prefill_evaluate and c.evaluate != "separate":
-            raise RagrlError("protocol.prefill_evaluate needs protocol.evaluate: separate")
-        if c.evaluate != "none":
-            self.name = "eval_rar"
-        if c.evaluate == "separate":
-            self.followup_stop = ("</evaluate>",)
         for key, template in (("protocol.user", c.user), ("protocol.system", c.system or "")):
             try:
                 template.format(question="q")
@@ -153,17 +129,6 @@ class SearchR1Protocol(Protocol):
             return Action("invalid", turn=turn, error=f"empty {what}")
         return Action(span.tag, content=content, turn=turn)
 
-    def parse_followup(self, text: str, turn: int) -> Action:
-        """The separate evaluation step: the body of its ``<evaluate>`` block (with ``prefill_evaluate``,
-        the text before ``</evaluate>``)."""
-        if self.config.prefill_evaluate:
-            body, closed, _ = text.partition("</evaluate>")
-            error = None if closed else "unclosed <evaluate> block"
-        else:
-            span = first_span(text, "evaluate")
-            body, error = (span.content, None) if span else ("", "no <evaluate> block")
-        return Action("evaluate", content=squash_ws(body), turn=turn, error=error)
-
     def render_doc(self, index: int, hit: Hit) -> str:
         p = hit.passage
         return self.config.doc_template.format(
@@ -177,8 +142,13 @@ class SearchR1Protocol(Protocol):
             if hits
             else c.no_results
         )
-        prefill = "<evaluate>" if c.prefill_evaluate else ""
-        return f"{c.information_prefix}{body}{c.information_suffix}{prefill}"
+        return f"{c.information_prefix}{body}{c.information_suffix}{self.observation_tail}"
+
+    @property
+    def observation_tail(self) -> str:
+        """Text the environment adds after every observation (none here; Eval-RAR's prefilled
+        ``<evaluate>``)."""
+        return ""
 
     def corrective(self, action: Action) -> str:
         return self.config.corrective.format(error=action.error or "unreadable action")
@@ -187,7 +157,7 @@ class SearchR1Protocol(Protocol):
         """Observations and corrective messages exactly as the config renders them (prefix and suffix
         included), so a saved completion splits back into the same policy and environment parts."""
         c = self.config
-        prefill = "(?:<evaluate>)?" if c.prefill_evaluate else ""
+        prefill = f"(?:{re.escape(self.observation_tail)})?" if self.observation_tail else ""
         patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix) + prefill]
         head, has_error, tail = c.corrective.partition("{error}")
         if not has_error:
@@ -198,43 +168,6 @@ class SearchR1Protocol(Protocol):
         for pattern in patterns:
             spans += [m.span() for m in re.finditer(pattern, text, re.DOTALL)]
         return sorted(spans)
-
-
-def evaluations(trajectory: Trajectory, after_observation_only: bool = False) -> list[str]:
-    """The bodies of the ``<evaluate>`` blocks the policy wrote, in order (whitespace collapsed).
-
-    Only policy text is read: each observation counts as a line break, except that an observation
-    ending with the prefilled ``<evaluate>`` opens the block the next policy segment closes. The prompt
-    (which names the tags) is never read.
-
-    ``after_observation_only``: keep only the block that opens the policy text right after each
-    ``<information>`` observation (nothing but whitespace before it), i.e. the evaluations Algorithm 1
-    asks for, not blocks written without a search or later in a turn."""
-    parts: list[str] = []
-    allowed: list[tuple[int, int]] = []  # (where the block must open, where that policy segment ends)
-    offset, after_obs = 0, False
-    for s in trajectory.segments:
-        if s.kind == "policy":
-            if after_obs:
-                allowed.append((offset, offset + len(s.text)))
-            text, after_obs = s.text, False
-        else:
-            prefilled = s.text.rstrip().endswith("<evaluate>")
-            text = "\n<evaluate>" if prefilled else "\n"
-            after_obs = "<information>" in s.text and not prefilled
-            if prefilled:
-                allowed.append((offset + 1, offset + 1))
-        parts.append(text)
-        offset += len(text)
-    joined = "".join(parts)
-    spans = find_spans(joined, "evaluate")
-    if after_observation_only:
-        spans = [
-            span
-            for span in spans
-            if any(a <= span.start <= end and not joined[a : span.start].strip() for a, end in allowed)
-        ]
-    return [squash_ws(span.content) for span in spans]
 
 
 def valid_searches(trajectory: Trajectory) -> int:
