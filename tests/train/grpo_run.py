@@ -1,9 +1,11 @@
-"""A small GRPO run on the test world, as a script: ``python grpo_run.py WORLD OUT.pt [STEPS]`` or
-under ``accelerate launch --cpu --num_processes 2``. Writes the policy's state dict after STEPS steps
-(default 1) to OUT.pt, from the main process. Used by test_grpo.py to compare 1 and 2 processes."""
+"""A small GRPO run on the test world, as a script: ``python grpo_run.py WORLD OUT.pt [STEPS] [k=v ...]``
+or under ``accelerate launch --cpu --num_processes 2``. Writes the policy's state dict after STEPS steps
+(default 1) to OUT.pt, from the main process, and every process's prompt-sampler position to
+``sampler-<rank>.json`` beside it. Used by test_grpo.py to compare 1 and 2 processes."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -56,6 +58,8 @@ if __name__ == "__main__":
     trainer = GRPOTrainer(method, method.train, eval_examples=[])
     for _ in range(steps):
         trainer.step()
+    where = [trainer.sampler.epoch, trainer.sampler.position]  # every process: the samplers must agree
+    (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(where))
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
     trainer.acc.wait_for_everyone()

@@ -27,6 +27,10 @@ small_method = grpo_run.small_method
 
 VOLATILE = {"time", "step_seconds", "rollout_seconds"}
 
+# Two real processes on the CPU (gloo): torchrun starts them and accelerate joins them. (`accelerate
+# launch --cpu --num_processes 2` starts ONE process on a machine without GPUs, whatever it is told.)
+TWO_PROCESSES = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
 
 def weights(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
@@ -110,17 +114,15 @@ def test_watchdog_stops_on_nan_and_keeps_the_last_good_checkpoint(world_dir, tmp
 
 def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path):
     script = str(HERE / "grpo_run.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     one = tmp_path / "one" / "w.pt"
     two = tmp_path / "two" / "w.pt"
     for out in (one, two):
         out.parent.mkdir()
     subprocess.run([sys.executable, script, str(world_dir), str(one)], check=True, env=env)
-    launch = [
-        sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-    ]  # fmt: skip
+    launch = TWO_PROCESSES
     subprocess.run([*launch, script, str(world_dir), str(two)], check=True, env=env)
+    assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     a, b = torch.load(one), torch.load(two)
     from safetensors.torch import load_file
 
@@ -128,6 +130,26 @@ def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path):
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4  # the update did move the weights
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+
+
+def test_two_processes_refill_and_train_stepwise_samples_in_step(world_dir, tmp_path):
+    """Under accelerate with 2 processes, refill rounds are decided together (the samplers stay in
+    step) and step-wise samples (uneven counts per process) train without a hang."""
+    script = str(HERE / "grpo_run.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    out = tmp_path / "two" / "w.pt"
+    out.parent.mkdir()
+    launch = TWO_PROCESSES
+    extra = [
+        "rollout.kind=stepwise",
+        "train.grpo.group_filter=drop_zero_variance",
+        "train.grpo.refill_rounds=3",
+    ]
+    subprocess.run([*launch, script, str(world_dir), str(out), "2", *extra], check=True, env=env, timeout=300)
+    positions = [json.loads((out.parent / f"sampler-{rank}.json").read_text()) for rank in (0, 1)]
+    assert positions[0] == positions[1]
+    weights_after = torch.load(out)
+    assert all(torch.isfinite(v).all() for v in weights_after.values())
 
 
 class _PerTurnRollout:
