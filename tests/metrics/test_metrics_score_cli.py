@@ -175,3 +175,22 @@ def test_retrieved_texts_give_answer_recall(tmp_path, files):
     summary = json.loads(run(pred, "--gold", gold, "--ks", "1,2").stdout)
     assert summary["answer_recall@1"] == 0.0 and summary["answer_recall@2"] == 1.0
     assert "recall@1" not in summary
+
+
+def test_nothing_to_score_is_an_error_with_the_reason(tmp_path, files, capsys):
+    """No prediction matches a gold id, or the gold file is empty: exit 2, no JSON a script could
+    mistake for a score."""
+    _, gold = files
+    stray = write(
+        tmp_path / "stray.jsonl", [{"id": "x1", "prediction": "a"}, {"id": "x2", "prediction": "b"}]
+    )
+    for args, why in (
+        ([stray, "--gold", gold], "none of the 2 predictions in"),
+        ([stray, "--gold", gold, "--missing-as-zero"], "none of the 2 predictions in"),
+        ([stray, "--gold", write(tmp_path / "empty.jsonl", [])], "holds no questions"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["score", *map(str, args)])
+        out = capsys.readouterr()
+        assert e.value.code == 2 and why in out.err and out.out == ""
+    assert "first prediction ids: x1, x2" in run(stray, "--gold", gold).exception.args[0]

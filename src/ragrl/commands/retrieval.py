@@ -159,12 +159,10 @@ def index(
 
 def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
     """Queries from a plain-text file (one per line) or a canonical question jsonl."""
-    from ragrl.data.io import read_examples
+    from ragrl.data.io import read_examples, read_text
 
-    if not path.is_file():
-        raise RagrlError(f"{path}: no such file")
-    with path.open(encoding="utf-8") as f:
-        first = next((line for line in f if line.strip()), "")
+    text = read_text(path)  # a missing, compressed or non-UTF-8 file is a one-line error
+    first = next((line for line in text.splitlines() if line.strip()), "")
     record = None
     if first.lstrip().startswith("{"):
         try:
@@ -174,7 +172,7 @@ def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
     if isinstance(record, dict) and "question" in record:
         examples, _ = read_examples(path)
         return [ex.question for ex in examples], examples
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line.strip() for line in text.splitlines()]
     return [q for q in lines if q], None
 
 

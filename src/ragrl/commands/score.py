@@ -90,6 +90,14 @@ def score(
         seed=seed,
     )
     summary = result.summary
+    if summary["n_gold"] == 0:
+        raise RagrlError(f"{gold}: holds no questions; nothing to score")
+    if summary["n_scored"] == 0:
+        first = ", ".join(summary["unknown_ids"]["first_ids"]) or "none"
+        raise RagrlError(
+            f"nothing to score: none of the {summary['n_predictions']} predictions in {predictions} has an "
+            f"id of the {summary['n_gold']} questions in {gold} (first prediction ids: {first})"
+        )
     for key, label in (
         ("missing_predictions", "gold examples have no prediction"),
         ("unknown_ids", "predictions have an id not in the gold file"),

@@ -51,15 +51,62 @@ def require_file(path: str | Path) -> Path:
     return p
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _not_text(p: Path, data: bytes) -> DataError | None:
+    """Why the bytes of ``p`` are not a text file we can read, or None."""
+    if data.startswith(_GZIP_MAGIC):
+        return DataError("a gzip-compressed file: decompress it first (gunzip)", path=p)
+    return None
+
+
+def _undecodable(p: Path, line: int, e: UnicodeDecodeError, data: bytes) -> DataError:
+    return DataError(
+        f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {e.start + 1}); convert the file to UTF-8",
+        path=p,
+        line=line,
+    )
+
+
+def read_text(path: str | Path, *, encoding: str = "utf-8") -> str:
+    """The whole text of a file; a missing file, a compressed file or bytes that are not UTF-8 are a
+    ``RagrlError`` / ``DataError`` naming the file (and the line of the first bad byte)."""
+    p = require_file(path)
+    data = p.read_bytes()
+    bad = _not_text(p, data)
+    if bad is not None:
+        raise bad
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        shifted = UnicodeDecodeError(e.encoding, e.object, e.start - line_start, e.end - line_start, e.reason)
+        raise _undecodable(p, data.count(b"\n", 0, e.start) + 1, shifted, data[line_start:]) from None
+
+
 def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, parsed_json)`` for every non-blank line (line numbers start at 1).
 
-    A line that is not valid JSON raises ``DataError`` naming the file and line; with
-    ``on_error="yield"`` the ``DataError`` is yielded in place of the record and reading goes on.
+    A line that is not valid JSON, or not UTF-8, raises ``DataError`` naming the file and line; with
+    ``on_error="yield"`` the ``DataError`` is yielded in place of the record and reading goes on. A
+    gzip-compressed file is refused at once.
     """
     p = require_file(path)
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with p.open("rb") as f:
+        bad = _not_text(p, f.read(2))
+        if bad is not None:
+            raise bad
+        f.seek(0)
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                err = _undecodable(p, lineno, e, raw)
+                if on_error != "yield":
+                    raise err from None
+                yield lineno, err
+                continue
             if not line.strip():
                 continue
             try:
@@ -155,11 +202,11 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
     """
     p = require_file(path)
     report = LoadReport(str(p))
-    with p.open(encoding="utf-8") as f:
+    with p.open("rb") as f:
         head = f.read(1024).lstrip()
-    if head.startswith("["):
+    if head.startswith(b"["):
         try:
-            array = json.loads(p.read_text(encoding="utf-8"))
+            array = json.loads(read_text(p))
         except json.JSONDecodeError as e:
             raise DataError(f"invalid JSON ({e.msg})", path=p, line=e.lineno) from None
         records: Iterable[tuple[int, Any]] = ((i + 1, r) for i, r in enumerate(array))

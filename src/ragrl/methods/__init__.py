@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ragrl.data.io import read_text
 from ragrl.errors import RagrlError
 
 T = TypeVar("T")
@@ -36,7 +37,7 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
     if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(name_or_path):
         if not p.is_file():
             raise RagrlError(f"{p}: no such config file")
-        text, where = p.read_text(encoding="utf-8"), str(p)
+        text, where = read_text(p), str(p)
     else:
         name = str(name_or_path)
         res = resources.files("ragrl.methods") / "configs" / f"{name}.yaml"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ragrl.data.io import read_corpus, write_corpus
+from ragrl.data.io import read_corpus, read_text, write_corpus
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.registry import Registry
@@ -114,7 +114,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise RagrlError(f"{d}: not a ragrl index: {MANIFEST_NAME} is missing (build one with `ragrl index`)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise RagrlError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(manifest, dict):

@@ -24,6 +24,7 @@ import json
 import re
 from pathlib import Path
 
+from ragrl.data.io import read_text
 from ragrl.data.schema import Example
 from ragrl.rollout.scripted import Turn
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
@@ -150,7 +151,7 @@ class HeuristicDemonstrator:
 
     @classmethod
     def from_world_json(cls, path: str | Path) -> HeuristicDemonstrator:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
         return cls({e["name"]: e["kind"] for e in data["entities"]})
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:

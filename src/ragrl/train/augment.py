@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ragrl.data.io import read_text
 from ragrl.errors import RagrlError
 from ragrl.rollout.trajectory import Trajectory
 
@@ -33,7 +34,7 @@ def name_words(world_json: str | Path) -> set[str]:
     """The made-up name words of a synthetic world: words of exactly one entity's names and aliases."""
     path = Path(world_json)
     try:
-        world = json.loads(path.read_text(encoding="utf-8"))
+        world = json.loads(read_text(path))
         entities = world["entities"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RagrlError(f"{path}: not a synthetic world.json ({e})") from e

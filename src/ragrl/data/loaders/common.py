@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.io import LoadReport, iter_jsonl, require_file
+from ragrl.data.io import LoadReport, iter_jsonl, read_text, require_file
 from ragrl.data.schema import Example
 from ragrl.errors import DataError
 
@@ -117,7 +117,7 @@ def _iter_csv(p: Path) -> Records:
 def read_records(path: str | Path) -> RawFile:
     """Open any supported file layout and iterate its records (see the module docstring)."""
     p = require_file(path)
-    text = p.read_text(encoding="utf-8-sig")
+    text = read_text(p, encoding="utf-8-sig")
     head = text.lstrip()[:1]
     spath = str(p)
     if not head:

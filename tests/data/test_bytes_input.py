@@ -1,0 +1,96 @@
+"""Input that is not UTF-8 text (latin-1, random bytes, a .gz file) is a one-line error naming the file
+(and the line), in every reader and command, never a UnicodeDecodeError traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ragrl.cli import main
+from ragrl.data.io import iter_jsonl, read_corpus, read_examples, read_text
+from ragrl.errors import DataError, RagrlError
+
+GOOD = {"id": "q1", "question": "Où est né Zorvex?", "golden_answers": ["Lagos"]}
+
+
+def _files(tmp_path):
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(
+        json.dumps(GOOD).encode() + b"\n" + '{"id": "q2", "question": "Caf\xe9?"}\n'.encode("latin-1")
+    )
+    binary = tmp_path / "random.jsonl"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    packed = tmp_path / "questions.jsonl.gz"
+    packed.write_bytes(gzip.compress((json.dumps(GOOD) + "\n").encode()))
+    return latin, binary, packed
+
+
+def test_readers_name_the_file_and_the_line_of_the_first_bad_byte(tmp_path):
+    latin, binary, packed = _files(tmp_path)
+    with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text \(byte 0xe9 at column 30\)"):
+        read_examples(latin)
+    with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text"):
+        read_text(latin)
+    assert [n for n, r in iter_jsonl(latin, on_error="yield") if isinstance(r, DataError)] == [2]
+    with pytest.raises(DataError, match=r"random.jsonl:1: not UTF-8 text"):
+        read_corpus(binary)
+    for reader in (read_examples, read_corpus, read_text):
+        with pytest.raises(
+            DataError, match=r"questions.jsonl.gz: a gzip-compressed file: decompress it first"
+        ):
+            reader(packed)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["data", "stats", "{f}"],
+        ["data", "convert", "{f}", "--out", "{tmp}/out"],
+        ["score", "{f}", "--gold", "{f}"],
+        ["reward", "search_r1", "--completions", "{f}", "--gold", "{f}"],
+        ["index", "{f}", "--out", "{tmp}/idx"],
+        ["train", "{f}"],
+    ],
+)
+def test_commands_exit_2_with_one_line(tmp_path, capsys, args):
+    latin, binary, packed = _files(tmp_path)
+    config = tmp_path / "bad.yaml"
+    config.write_bytes("method: search_r1\nnote: caf\xe9\n".encode("latin-1"))
+    for f in (latin, binary, packed):
+        target = config if args[0] == "train" else f
+        argv = [a.format(f=target, tmp=tmp_path) for a in args]
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "UnicodeDecodeError" not in err
+        assert str(target.name) in err and len(err.strip().splitlines()) <= 3, err
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=400))
+def test_any_bytes_give_records_or_a_clear_error(tmp_path, data):
+    """Fuzzed bytes: the question and corpus readers return records or raise a RagrlError, nothing else."""
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(data)
+    for reader in (read_examples, read_corpus):
+        try:
+            reader(path)
+        except RagrlError:
+            pass
+
+
+def test_search_queries_file_in_latin1(tmp_path, capsys):
+    from ragrl.data.schema import Passage
+    from ragrl.retrieval.bm25 import BM25Retriever
+
+    BM25Retriever.build([Passage.make("Paris", "Paris is in France.")]).save(tmp_path / "bm25")
+    latin = tmp_path / "queries.txt"
+    latin.write_bytes("where is Paris\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(SystemExit) as e:
+        main(["search", str(tmp_path / "bm25"), "--queries", str(latin)])
+    assert e.value.code == 2 and "queries.txt:2: not UTF-8 text" in capsys.readouterr().err
