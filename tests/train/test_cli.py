@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from ragrl.cli import app
@@ -137,3 +138,34 @@ def test_train_runs_the_stages_of_a_staged_config_and_resumes_them(world_dir, tm
     assert again.exit_code != 0 and "a staged run is already there" in str(again.exception)
     resumed = runner.invoke(app, [*args, "--resume", "latest"])
     assert resumed.exit_code == 0 and [s["steps"] for s in summary_of(resumed.output)["stages"]] == [1, 1]
+
+
+def test_a_run_without_a_complete_checkpoint_restarts_on_resume(world_dir, tmp_path):
+    """A kill during the first checkpoint write leaves metrics but no complete checkpoint: `--resume
+    latest` starts the run again instead of refusing both ways, and clears only the run's own files."""
+    paths = (
+        f"train.model.path={world_dir / 'model'}",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}",
+    )
+    out = tmp_path / "run"
+    args = ["train", "search_r1-tiny", "--out", str(out), *sets(*paths, *TINY, "train.steps=1")]
+    assert runner.invoke(app, args).exit_code == 0
+    import shutil
+
+    shutil.rmtree(out / "checkpoints")
+    (out / "checkpoints" / "step-000001.tmp").mkdir(parents=True)  # the half-written checkpoint
+    (out / "notes.txt").write_text("mine")
+    result = runner.invoke(app, [*args, "--resume", "latest"])
+    assert result.exit_code == 0, result.output
+    assert summary_of(result.stdout)["steps"] == 1 and (out / "notes.txt").read_text() == "mine"
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1]  # one fresh run (no held-out set: no evaluation), nothing appended
+    assert not (out / "checkpoints" / "step-000001.tmp").exists()
+
+
+@pytest.mark.parametrize("bad, why", [("rollout.n=1", "a group of one"), ("rollout.temperature=0", "greedy")])
+def test_grpo_settings_that_cannot_learn_are_refused_before_loading(tmp_path, bad, why):
+    result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r"), "--set", bad])
+    assert result.exit_code != 0 and why in str(result.exception)
+    assert not (tmp_path / "r").exists()  # refused before the run folder is made

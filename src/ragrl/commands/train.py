@@ -32,15 +32,43 @@ def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: 
     return load_method(config, extra)
 
 
-def _start_run_dir(method, resume: str | None) -> Path:  # noqa: ANN001
+RUN_FILES = (
+    "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png", "config.yaml",
+    "demonstrations.jsonl", "checkpoints", "policy", "best",
+)  # fmt: skip
+"""What a run writes in its folder (a restart clears these and nothing else)."""
+
+
+def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # noqa: ANN001
+    """The run folder, ready, and the checkpoint to resume from. ``--resume latest`` on a run that never
+    finished a checkpoint (a config error, a kill during the first checkpoint write) starts it again
+    from step 0, clearing the run's own files, instead of refusing both ways."""
+    import shutil
+
     from ragrl.methods.train_config import resolved_config_yaml
+    from ragrl.train.state import list_checkpoints
 
     run_dir = Path(method.train.out)
-    if resume is None and (run_dir / "metrics.jsonl").exists():
-        raise RagrlError(f"{run_dir}: a run is already there; pass --resume latest or choose another --out")
+    if resume == "latest" and not list_checkpoints(run_dir):
+        if any((run_dir / name).exists() for name in RUN_FILES):
+            console.print(
+                f"{run_dir}: no complete checkpoint to resume from; starting the run again from step 0"
+            )
+            for name in RUN_FILES:
+                target = run_dir / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+        resume = None
+    elif resume is None and (run_dir / "metrics.jsonl").exists():
+        raise RagrlError(
+            f"{run_dir}: a run is already there; pass --resume latest (it continues from the newest "
+            "checkpoint, or starts again if there is none) or choose another --out"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
-    return run_dir
+    return run_dir, resume
 
 
 def train(
@@ -53,7 +81,7 @@ def train(
 ) -> None:
     """Train a method's policy with GRPO; writes the run folder and prints the summary as JSON. A config
     with train.stages runs each stage in turn (<out>/stage-<i>-<name>, docs/training.md)."""
-    from ragrl.train.grpo import GRPOTrainer
+    from ragrl.train.grpo import GRPOTrainer, check_learnable
     from ragrl.train.report import write_report
     from ragrl.train.stages import run_stages, stage_dir
 
@@ -69,7 +97,8 @@ def train(
             write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
         print(json.dumps({"stages": summaries}, indent=2))
         return
-    run_dir = _start_run_dir(method, resume)
+    check_learnable(method)  # before the run folder is made
+    run_dir, resume = _start_run_dir(method, resume)
     summary = GRPOTrainer(method, method.train, run_dir=run_dir).train(resume=resume)
     write_report(run_dir, summary)
     print(json.dumps(summary, indent=2))
@@ -101,7 +130,7 @@ def sft(
 
     method = _load(config, set_, out)
     cfg = method.train
-    run_dir = _start_run_dir(method, resume)
+    run_dir, resume = _start_run_dir(method, resume)
     accelerator = make_accelerator(cfg)
     model, tokenizer = load_policy(cfg.model, accelerator.device)
     retriever = load_index(cfg)
@@ -157,7 +186,7 @@ def dpo(
 
     method = _load(config, set_, out)
     cfg = method.train
-    run_dir = _start_run_dir(method, resume)
+    run_dir, resume = _start_run_dir(method, resume)
     accelerator = make_accelerator(cfg)
     model, tokenizer = load_policy(cfg.model, accelerator.device)
     records = read_pairs(pairs, tokenizer)

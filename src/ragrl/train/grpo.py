@@ -49,6 +49,22 @@ from ragrl.train.base import Trainer, load_examples
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
 
+def check_learnable(method: Method) -> None:
+    """Refuse rollout settings under which GRPO can never learn: a group of one rollout, or greedy
+    sampling (every rollout of a group the same), give every advantage 0 under every group estimator."""
+    r = method.rollout
+    if r.n < 2:
+        raise RagrlError(
+            f"rollout.n = {r.n}: GRPO compares the rollouts of a group, and a group of one has advantage 0 "
+            "at every step; set rollout.n >= 2"
+        )
+    if r.temperature <= 0:
+        raise RagrlError(
+            f"rollout.temperature = {r.temperature}: greedy sampling makes every rollout of a group the "
+            "same, so every advantage is 0; sample (for example rollout.temperature=1.0)"
+        )
+
+
 def step_seed(seed: int, step: int, round_index: int = 0) -> int:
     """The rollout seed of a step (and of its refill rounds): a function of the run's seed, the step and
     the round only."""
@@ -87,6 +103,7 @@ class GRPOTrainer(Trainer):
         train_examples: Sequence[Example] | None = None,
         **kwargs: Any,
     ) -> None:
+        check_learnable(method)  # before any model is loaded
         super().__init__(method, config, **kwargs)
         if train_examples is None:
             if not config.data.train:
