@@ -94,3 +94,16 @@ def test_search_queries_file_in_latin1(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["search", str(tmp_path / "bm25"), "--queries", str(latin)])
     assert e.value.code == 2 and "queries.txt:2: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_columns_count_characters_and_a_bom_is_allowed(tmp_path):
+    accented = tmp_path / "accents.jsonl"
+    accented.write_bytes("éé".encode() + b"\xff\n")  # two 2-byte characters, then the bad byte
+    with pytest.raises(DataError, match=r"accents.jsonl:1: not UTF-8 text \(byte 0xff at column 3\)"):
+        read_text(accented)
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbfab\ncd\xffx\n")
+    with pytest.raises(DataError, match=r"bom.jsonl:2: not UTF-8 text \(byte 0xff at column 3\)"):
+        read_text(bom, encoding="utf-8-sig")
+    bom.write_bytes(b'\xef\xbb\xbf{"a": 1}\n{"a": 2}\n')  # what some editors save
+    assert [r for _, r in iter_jsonl(bom)] == [{"a": 1}, {"a": 2}]

@@ -1,11 +1,13 @@
-"""A small GRPO run on the test world, as a script: ``python grpo_run.py WORLD OUT.pt [STEPS] [k=v ...]``
-or under ``accelerate launch --cpu --num_processes 2``. Writes the policy's state dict after STEPS steps
-(default 1) to OUT.pt, from the main process, and every process's prompt-sampler position to
-``sampler-<rank>.json`` beside it. Used by test_grpo.py to compare 1 and 2 processes."""
+"""A small GRPO run on the test world, as a script: ``python grpo_run.py WORLD OUT.pt [STEPS] [k=v ...]``,
+or on two processes under ``torchrun --standalone --nproc_per_node 2`` with ``ACCELERATE_USE_CPU=true``.
+Writes the policy's state dict after STEPS steps (default 1) to OUT.pt from the main process, and from
+every process ``sampler-<rank>.json`` (its prompt sampler's position and the refill rounds of each
+step). ``GRPO_RUN_REWARD=em`` trains on EM alone. Used by test_grpo.py (1 against 2 processes)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -55,11 +57,13 @@ if __name__ == "__main__":
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     method = small_method(world, out.parent / "run", *sys.argv[4:])
+    if os.environ.get("GRPO_RUN_REWARD") == "em":  # EM alone: most groups of an untrained policy are all 0
+        method.reward = build_reward([{"name": "em", "weight": 1.0}])
     trainer = GRPOTrainer(method, method.train, eval_examples=[])
-    for _ in range(steps):
-        trainer.step()
-    where = [trainer.sampler.epoch, trainer.sampler.position]  # every process: the samplers must agree
-    (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(where))
+    refills = [trainer.step()["refill_rounds"] for _ in range(steps)]
+    # every process: where its prompt sampler stands (they must agree) and the refill rounds it played
+    record = {"sampler": [trainer.sampler.epoch, trainer.sampler.position], "refill_rounds": refills}
+    (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(record))
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
     trainer.acc.wait_for_everyone()

@@ -142,7 +142,10 @@ def test_train_runs_the_stages_of_a_staged_config_and_resumes_them(world_dir, tm
 
 def test_a_run_without_a_complete_checkpoint_restarts_on_resume(world_dir, tmp_path):
     """A kill during the first checkpoint write leaves metrics but no complete checkpoint: `--resume
-    latest` starts the run again instead of refusing both ways, and clears only the run's own files."""
+    latest` starts the run again instead of refusing both ways, and clears only the run's own files.
+    A finished run whose checkpoints were deleted is never cleared."""
+    import shutil
+
     paths = (
         f"train.model.path={world_dir / 'model'}",
         f"train.data.train={world_dir / 'train.jsonl'}",
@@ -151,17 +154,25 @@ def test_a_run_without_a_complete_checkpoint_restarts_on_resume(world_dir, tmp_p
     out = tmp_path / "run"
     args = ["train", "search_r1-tiny", "--out", str(out), *sets(*paths, *TINY, "train.steps=1")]
     assert runner.invoke(app, args).exit_code == 0
-    import shutil
-
     shutil.rmtree(out / "checkpoints")
-    (out / "checkpoints" / "step-000001.tmp").mkdir(parents=True)  # the half-written checkpoint
+    finished = runner.invoke(app, [*args, "--resume", "latest"])
+    assert finished.exit_code != 0 and "the run has finished (summary.json, policy)" in str(
+        finished.exception
+    )
+    assert (out / "policy" / "model.safetensors").is_file()  # nothing was removed
+    # now as a kill during the first checkpoint write leaves it: no summary, no policy, a .tmp checkpoint
+    (out / "summary.json").unlink()
+    shutil.rmtree(out / "policy")
+    (out / "checkpoints" / "step-000001.tmp").mkdir(parents=True)
     (out / "notes.txt").write_text("mine")
     result = runner.invoke(app, [*args, "--resume", "latest"])
     assert result.exit_code == 0, result.output
+    assert "starting again from step 0" in result.output
     assert summary_of(result.stdout)["steps"] == 1 and (out / "notes.txt").read_text() == "mine"
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1]  # one fresh run (no held-out set: no evaluation), nothing appended
     assert not (out / "checkpoints" / "step-000001.tmp").exists()
+    assert (out / "policy" / "model.safetensors").is_file() and (out / "summary.json").is_file()
 
 
 @pytest.mark.parametrize("bad, why", [("rollout.n=1", "a group of one"), ("rollout.temperature=0", "greedy")])

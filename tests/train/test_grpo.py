@@ -121,7 +121,7 @@ def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path):
         out.parent.mkdir()
     subprocess.run([sys.executable, script, str(world_dir), str(one)], check=True, env=env)
     launch = TWO_PROCESSES
-    subprocess.run([*launch, script, str(world_dir), str(two)], check=True, env=env)
+    subprocess.run([*launch, script, str(world_dir), str(two)], check=True, env=env, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     a, b = torch.load(one), torch.load(two)
     from safetensors.torch import load_file
@@ -145,9 +145,13 @@ def test_two_processes_refill_and_train_stepwise_samples_in_step(world_dir, tmp_
         "train.grpo.group_filter=drop_zero_variance",
         "train.grpo.refill_rounds=3",
     ]
+    env["GRPO_RUN_REWARD"] = "em"  # EM alone: most groups all-wrong, so refill rounds are needed
     subprocess.run([*launch, script, str(world_dir), str(out), "2", *extra], check=True, env=env, timeout=300)
-    positions = [json.loads((out.parent / f"sampler-{rank}.json").read_text()) for rank in (0, 1)]
-    assert positions[0] == positions[1]
+    ranks = [json.loads((out.parent / f"sampler-{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0] == ranks[1]  # the same sampler position and the same refill rounds on both
+    assert sum(ranks[0]["refill_rounds"]) > 0  # refills really happened
+    epoch, position = ranks[0]["sampler"]
+    assert epoch * 400 + position > 2 * 4  # more questions were taken than the two steps' 4 each
     weights_after = torch.load(out)
     assert all(torch.isfinite(v).all() for v in weights_after.values())
 

@@ -162,7 +162,7 @@ def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
     from ragrl.data.io import read_examples, read_text
 
     text = read_text(path)  # a missing, compressed or non-UTF-8 file is a one-line error
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    first = next((line for line in text.split("\n") if line.strip()), "")  # not splitlines: U+2028
     record = None
     if first.lstrip().startswith("{"):
         try:

@@ -34,40 +34,55 @@ def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: 
 
 RUN_FILES = (
     "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png", "config.yaml",
-    "demonstrations.jsonl", "checkpoints", "policy", "best",
+    "checkpoints", "policy", "best",
 )  # fmt: skip
 """What a run writes in its folder (a restart clears these and nothing else)."""
 
 
 def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # noqa: ANN001
-    """The run folder, ready, and the checkpoint to resume from. ``--resume latest`` on a run that never
-    finished a checkpoint (a config error, a kill during the first checkpoint write) starts it again
-    from step 0, clearing the run's own files, instead of refusing both ways."""
+    """The run folder, ready, and the checkpoint to resume from.
+
+    ``--resume latest`` on a run that never finished and never completed a checkpoint (a config error, a
+    kill during the first checkpoint write) starts it again from step 0, clearing the run's own files,
+    instead of refusing both ways. A finished run (``summary.json``, ``policy/``) is never cleared. Under
+    several processes every process looks before the main process writes."""
     import shutil
+
+    from accelerate import PartialState
 
     from ragrl.methods.train_config import resolved_config_yaml
     from ragrl.train.state import list_checkpoints
 
     run_dir = Path(method.train.out)
+    state = PartialState()
+    present = [name for name in RUN_FILES if name != "config.yaml" and (run_dir / name).exists()]
+    restart = False
     if resume == "latest" and not list_checkpoints(run_dir):
-        if any((run_dir / name).exists() for name in RUN_FILES):
-            console.print(
-                f"{run_dir}: no complete checkpoint to resume from; starting the run again from step 0"
+        finished = [name for name in ("summary.json", "policy", "best") if (run_dir / name).exists()]
+        if finished:
+            raise RagrlError(
+                f"{run_dir}: no checkpoint to resume from, and the run has finished ({', '.join(finished)}); "
+                "choose another --out to train again"
             )
-            for name in RUN_FILES:
+        restart, resume = bool(present), None
+    elif resume is None and present:
+        raise RagrlError(
+            f"{run_dir}: a run is already there ({', '.join(present)}); pass --resume latest (it continues "
+            "from the newest checkpoint, or starts again if the run never made one) or choose another --out"
+        )
+    state.wait_for_everyone()  # every process has looked before anything is removed or written
+    if state.is_main_process:
+        if restart:
+            console.print(f"{run_dir}: no complete checkpoint to resume from; starting again from step 0")
+            for name in present:
                 target = run_dir / name
                 if target.is_dir():
-                    shutil.rmtree(target)
-                elif target.exists():
-                    target.unlink()
-        resume = None
-    elif resume is None and (run_dir / "metrics.jsonl").exists():
-        raise RagrlError(
-            f"{run_dir}: a run is already there; pass --resume latest (it continues from the newest "
-            "checkpoint, or starts again if there is none) or choose another --out"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    target.unlink(missing_ok=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+    state.wait_for_everyone()
     return run_dir, resume
 
 

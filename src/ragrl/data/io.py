@@ -7,6 +7,7 @@ skipped and why. Nothing is ever dropped without being reported.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import tempfile
@@ -61,9 +62,11 @@ def _not_text(p: Path, data: bytes) -> DataError | None:
     return None
 
 
-def _undecodable(p: Path, line: int, e: UnicodeDecodeError, data: bytes) -> DataError:
+def _undecodable(p: Path, line: int, raw_line: bytes, bad: int) -> DataError:
+    """The error for byte ``bad`` of ``raw_line`` (line ``line`` of ``p``); the column counts characters."""
+    column = len(raw_line[:bad].decode("utf-8", "replace")) + 1
     return DataError(
-        f"not UTF-8 text (byte 0x{data[e.start]:02x} at column {e.start + 1}); convert the file to UTF-8",
+        f"not UTF-8 text (byte 0x{raw_line[bad]:02x} at column {column}); convert the file to UTF-8",
         path=p,
         line=line,
     )
@@ -71,7 +74,7 @@ def _undecodable(p: Path, line: int, e: UnicodeDecodeError, data: bytes) -> Data
 
 def read_text(path: str | Path, *, encoding: str = "utf-8") -> str:
     """The whole text of a file; a missing file, a compressed file or bytes that are not UTF-8 are a
-    ``RagrlError`` / ``DataError`` naming the file (and the line of the first bad byte)."""
+    ``RagrlError`` / ``DataError`` naming the file (and the line and column of the first bad byte)."""
     p = require_file(path)
     data = p.read_bytes()
     bad = _not_text(p, data)
@@ -80,9 +83,11 @@ def read_text(path: str | Path, *, encoding: str = "utf-8") -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as e:
-        line_start = data.rfind(b"\n", 0, e.start) + 1
-        shifted = UnicodeDecodeError(e.encoding, e.object, e.start - line_start, e.end - line_start, e.reason)
-        raise _undecodable(p, data.count(b"\n", 0, e.start) + 1, shifted, data[line_start:]) from None
+        pos = e.start + (len(data) - len(e.object))  # utf-8-sig reports offsets after the BOM
+        start = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos)
+        raw_line = data[start : end if end >= 0 else len(data)]
+        raise _undecodable(p, data.count(b"\n", 0, pos) + 1, raw_line, pos - start) from None
 
 
 def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[int, Any]]:
@@ -99,10 +104,12 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
             raise bad
         f.seek(0)
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # a BOM some editors write
+                raw = raw[len(codecs.BOM_UTF8) :]
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                err = _undecodable(p, lineno, e, raw)
+                err = _undecodable(p, lineno, raw, e.start)
                 if on_error != "yield":
                     raise err from None
                 yield lineno, err

@@ -313,20 +313,21 @@ def weights_hash(model: Any) -> str:
 
 
 def _sniff_kind(path: Path) -> str | None:
-    """'questions' or 'corpus' from the first record of a jsonl file, None if it is neither."""
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+    """'questions' or 'corpus' from the first record of a jsonl file, None if it is neither or not
+    JSON (a file that is not UTF-8 text, or compressed, is an error naming the file and line)."""
+    from ragrl.data.io import iter_jsonl
+    from ragrl.errors import DataError
+
+    for _, record in iter_jsonl(path, on_error="yield"):
+        if isinstance(record, DataError):
+            if record.message.startswith("invalid JSON"):
                 return None
-            if isinstance(record, dict) and "question" in record:
-                return "questions"
-            if isinstance(record, dict) and ("contents" in record or "text" in record):
-                return "corpus"
-            return None
+            raise record
+        if isinstance(record, dict) and "question" in record:
+            return "questions"
+        if isinstance(record, dict) and ("contents" in record or "text" in record):
+            return "corpus"
+        return None
     return None
 
 

@@ -335,18 +335,18 @@ class CachedJudge:
         self._replies: dict[str, str] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.is_file():
-            lines = self.path.read_text(encoding="utf-8").split("\n")
+            lines = self.path.read_bytes().split(b"\n")
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
+                try:  # bytes per line: a crash can also cut a multi-byte character in two
+                    record = json.loads(line.decode("utf-8"))
                     self._replies[str(record["key"])] = str(record["reply"])
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
                     if line_no == len(lines):  # no newline after it: a write cut short by a crash
                         console.print(f"warning: {self.path}:{line_no}: dropped a torn last record")
                         # cut it off, so the next append starts on a line of its own
-                        self.path.write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+                        self.path.write_bytes(b"\n".join(lines[:-1]) + b"\n")
                         continue
                     what = "not a judge cache record {key, reply}"
                     raise DataError(what, path=self.path, line=line_no) from None

@@ -51,8 +51,12 @@ from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
 def check_learnable(method: Method) -> None:
     """Refuse rollout settings under which GRPO can never learn: a group of one rollout, or greedy
-    sampling (every rollout of a group the same), give every advantage 0 under every group estimator."""
+    sampling (every rollout of a group the same), give every advantage 0 under every group estimator.
+    Only for the linear rollout with episode rewards: a step-wise or custom rollout (its own groups) or
+    per-step rewards (return-to-go differs between the turns of one episode) can learn either way."""
     r = method.rollout
+    if r.kind != "multi_turn" or method.reward.per_step:
+        return
     if r.n < 2:
         raise RagrlError(
             f"rollout.n = {r.n}: GRPO compares the rollouts of a group, and a group of one has advantage 0 "

@@ -53,7 +53,7 @@ def run_stages(
 
     ``stop=(i, n)`` ends the run after step ``n`` of stage ``i`` with a checkpoint, as a crash right
     after saving would (for tests of exact resume)."""
-    from ragrl.train.grpo import GRPOTrainer
+    from ragrl.train.grpo import GRPOTrainer, check_learnable
 
     base = load_method(config, list(overrides))  # checks every stage's config too
     stages, out = base.train.stages, Path(base.train.out)
@@ -69,6 +69,11 @@ def run_stages(
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
     summaries = [f["summary"] for f in finished]
+    for i, stage in enumerate(stages):  # before any stage trains: no stage that can never learn
+        try:
+            check_learnable(load_method(config, [*overrides, *stage.overrides, "train.stages=[]"]))
+        except RagrlError as e:
+            raise RagrlError(f"train.stages[{i}] ({stage.name}): {e}") from None
     for i, stage in enumerate(stages):
         if i < len(finished):
             continue

@@ -103,7 +103,7 @@ def resolve_checkpoint(resume: str | Path, run_dir: str | Path) -> Path:
 def read_trainer_state(ckpt: Path) -> dict[str, Any]:
     try:
         return json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RagrlError(f"{ckpt}/trainer_state.json: unreadable ({e})") from None
 
 
