@@ -107,3 +107,33 @@ def test_columns_count_characters_and_a_bom_is_allowed(tmp_path):
         read_text(bom, encoding="utf-8-sig")
     bom.write_bytes(b'\xef\xbb\xbf{"a": 1}\n{"a": 2}\n')  # what some editors save
     assert [r for _, r in iter_jsonl(bom)] == [{"a": 1}, {"a": 2}]
+
+
+def test_a_damaged_index_and_an_empty_model_folder_are_one_line_errors(tmp_path, capsys):
+    from ragrl.data.schema import Passage
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.retrieval.bm25 import BM25Retriever
+
+    index = tmp_path / "bm25"
+    BM25Retriever.build([Passage.make("Paris", "Paris is in France."), Passage.make("Rome", "Rome.")]).save(
+        index
+    )
+    npy = sorted(index.rglob("*.npy"))[0]
+    npy.write_bytes(npy.read_bytes()[:20])  # cut short, as a full disk or a killed copy leaves it
+    with pytest.raises(RagrlError, match=r"bm25: the bm25s index files are damaged .*rebuild it"):
+        load_retriever(index)
+    with pytest.raises(SystemExit) as e:
+        main(["search", str(index), "Paris"])
+    assert e.value.code == 2 and "damaged" in capsys.readouterr().err
+    empty = tmp_path / "model"
+    empty.mkdir()
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps(GOOD) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--model", str(empty), "--data", str(questions), "--index", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err and ("model" in err or "nope" in err)
+    from ragrl.llm.hf_backend import TransformersBackend
+
+    with pytest.raises(RagrlError, match="model: not a model folder transformers can load"):
+        TransformersBackend(empty)

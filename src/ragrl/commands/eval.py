@@ -134,11 +134,10 @@ def eval_command(
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
     if demonstrator is not None:
-        from transformers import AutoTokenizer
-
+        from ragrl.llm.hf_backend import load_tokenizer
         from ragrl.rollout.scripted import DemonstratorBackend
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+        tokenizer = load_tokenizer(model)
         policy: Any = DemonstratorBackend.for_examples(
             tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
             retriever, method_obj.rollout.k,

@@ -234,16 +234,17 @@ def reward_model(
 ) -> None:
     """Train a multi-head reward model (named linear heads on a frozen encoder) on preference pairs;
     prints the last epoch's training and validation figures as JSON."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch
 
+    from ragrl.llm.hf_backend import _load, load_tokenizer
     from ragrl.train.reward_model import RewardModelConfig, RewardModelTrainer, read_reward_pairs
 
     if out.exists() and any(out.iterdir()):
         raise RagrlError(f"{out}: already exists and is not empty; choose a new --out")
     if not encoder.is_dir():
         raise RagrlError(f"--encoder {encoder}: not a local model folder")
-    tokenizer = AutoTokenizer.from_pretrained(str(encoder), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(encoder), local_files_only=True).eval()
+    model = _load(encoder, torch.float32).eval()
+    tokenizer = load_tokenizer(encoder)
     records = read_reward_pairs(pairs, tokenizer)
     names = [h.strip() for h in heads.split(",") if h.strip()]
     config = RewardModelConfig(names, epochs, batch_size, lr, val_fraction=val_fraction, seed=seed)

@@ -71,13 +71,34 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
         raise RagrlError(f"unknown dtype {dtype!r}; use one of auto, {', '.join(sorted(_DTYPES))}") from None
 
 
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer in a local model folder; a folder without a readable one is a ``RagrlError``."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError, KeyError, EOFError, RuntimeError) as e:
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        raise RagrlError(
+            f"{path}: no tokenizer transformers can load ({type(e).__name__}: {reason})"
+        ) from None
+
+
 def _load(path: Path, dtype: torch.dtype) -> Any:
+    """The causal LM in a local folder; a folder transformers cannot load (empty, no weights, a broken
+    config or weights file) is a ``RagrlError`` naming it."""
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
-    except TypeError:  # transformers < 4.56 spells it torch_dtype
-        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
+        try:
+            return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        except TypeError:  # transformers < 4.56 spells it torch_dtype
+            return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError, EOFError, RuntimeError) as e:
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+        raise RagrlError(
+            f"{path}: not a model folder transformers can load ({type(e).__name__}: {reason})"
+        ) from None
 
 
 class _StopMatcher:
@@ -160,11 +181,9 @@ class TransformersBackend:
                 )
             self.device = resolve_device(device)
             self.dtype = resolve_dtype(dtype, self.device)
+            model = _load(path, self.dtype).to(self.device)  # the weights first: the clearer error
             if tokenizer is None:
-                from transformers import AutoTokenizer
-
-                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = _load(path, self.dtype).to(self.device)
+                tokenizer = load_tokenizer(path)
         else:
             model = model_or_path
             if tokenizer is None:

@@ -212,7 +212,13 @@ class BM25Retriever:
             raise RagrlError(f"{d}: is a {manifest['type']!r} index, not a bm25 index")
         require_files(d, _BM25S_DIR + "/params.index.json", _BM25S_DIR + "/vocab.index.json")
         params = manifest["params"]
-        model = bm25s.BM25.load(str(d / _BM25S_DIR), show_progress=False)
+        try:
+            model = bm25s.BM25.load(str(d / _BM25S_DIR), show_progress=False)
+        except (OSError, ValueError, KeyError, EOFError) as e:  # a truncated .npy, a broken json
+            raise RagrlError(
+                f"{d}: the bm25s index files are damaged ({type(e).__name__}: {e}); "
+                "rebuild it with `ragrl index`"
+            ) from None
         passages = load_corpus(d)
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):

@@ -233,7 +233,13 @@ class DenseRetriever:
         require_files(d, _INDEX_NAME)
         params = manifest["params"]
         faiss = import_faiss()
-        index = faiss.read_index(str(d / _INDEX_NAME))
+        try:
+            index = faiss.read_index(str(d / _INDEX_NAME))
+        except RuntimeError as e:  # faiss reports a truncated or foreign file this way
+            first = str(e).strip().splitlines()[0] if str(e).strip() else "unreadable"
+            raise RagrlError(
+                f"{d}: the faiss index is damaged ({first}); rebuild with `ragrl index`"
+            ) from None
         passages = load_corpus(d)
         if index.ntotal != len(passages):
             raise RagrlError(

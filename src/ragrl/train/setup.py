@@ -36,9 +36,7 @@ def make_accelerator(config: TrainConfig) -> Any:
 def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
     """The trainable policy and its tokenizer from a local folder, with LoRA and gradient checkpointing
     applied as configured."""
-    from transformers import AutoTokenizer
-
-    from ragrl.llm.hf_backend import _load, resolve_dtype
+    from ragrl.llm.hf_backend import _load, load_tokenizer, resolve_dtype
 
     if not config.path:
         raise RagrlError("train.model.path: no model given (a local model folder, e.g. `ragrl model tiny`)")
@@ -47,7 +45,7 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
         raise RagrlError(f"train.model.path: {path} is not a local model folder")
     dtype = resolve_dtype(config.dtype, device)
     model = _load(path, dtype).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer = load_tokenizer(path)
     if config.gradient_checkpointing:
         # transformers >= 5 renames it (the old name warns and will go in v6)
         enable = (
