@@ -30,11 +30,14 @@ class Registry(Generic[F]):
 
         return decorate
 
-    def get(self, name: str) -> F:
+    def get(self, name: str, *, key: str | None = None) -> F:
+        """The entry registered as ``name``; ``key`` (a config key) prefixes the error."""
         try:
             return self._fns[name]
         except KeyError:
-            raise RagrlError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}") from None
+            where = f"{key}: " if key else ""
+            known = ", ".join(self.names())
+            raise RagrlError(f"{where}unknown {self.kind} {name!r}; registered: {known}") from None
 
     def names(self) -> list[str]:
         return sorted(self._fns)

@@ -23,13 +23,30 @@ ResumeOption = Annotated[
 ]
 
 
+OutOption = Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")]
+
+
+def _overrides(overrides: list[str] | None, out: Path | None) -> list[str]:
+    """The ``--set`` overrides, with ``--out`` as ``train.out``."""
+    return [*(overrides or []), *([f"train.out={out}"] if out is not None else [])]
+
+
 def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: ANN202
     from ragrl.methods import load_method
 
-    extra = list(overrides or [])
-    if out is not None:
-        extra.append(f"train.out={out}")
-    return load_method(config, extra)
+    return load_method(config, _overrides(overrides, out))
+
+
+def _policy_run(config: str, overrides: list[str] | None, out: Path | None, resume: str | None):  # noqa: ANN202
+    """What ``sft`` and ``dpo`` start from: the method, its run folder, the checkpoint to resume from, the
+    accelerator and the policy with its tokenizer."""
+    from ragrl.train.setup import load_policy, make_accelerator
+
+    method = _load(config, overrides, out)
+    run_dir, resume = _start_run_dir(method, resume)
+    accelerator = make_accelerator(method.train)
+    model, tokenizer = load_policy(method.train.model, accelerator.device)
+    return method, run_dir, resume, accelerator, model, tokenizer
 
 
 RUN_FILES = (
@@ -91,7 +108,7 @@ def train(
         str, typer.Argument(help="A method config: packaged name (search_r1-tiny) or YAML path.")
     ],
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")] = None,
+    out: OutOption = None,
     resume: ResumeOption = None,
 ) -> None:
     """Train a method's policy with GRPO; writes the run folder and prints the summary as JSON. A config
@@ -106,8 +123,7 @@ def train(
             raise RagrlError(
                 "a staged run resumes with --resume latest (each stage from its newest checkpoint)"
             )
-        extra = [*(set_ or []), *([f"train.out={out}"] if out is not None else [])]
-        summaries = run_stages(config, extra, resume=resume is not None)
+        summaries = run_stages(config, _overrides(set_, out), resume=resume is not None)
         for i, (summary, stage) in enumerate(zip(summaries, method.train.stages, strict=False)):
             write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
         print(json.dumps({"stages": summaries}, indent=2))
@@ -133,21 +149,17 @@ def sft(
         typer.Option(help="world.json for the heuristic demonstrator (default: next to the data)."),
     ] = None,
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")] = None,
+    out: OutOption = None,
     resume: ResumeOption = None,
 ) -> None:
     """Supervised warm start on demonstration trajectories (loss on policy tokens only)."""
     from ragrl.rollout.engine import read_trajectories, write_trajectories
     from ragrl.train.base import load_examples, load_index
     from ragrl.train.report import write_report
-    from ragrl.train.setup import load_policy, make_accelerator
     from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
-    method = _load(config, set_, out)
+    method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
-    run_dir, resume = _start_run_dir(method, resume)
-    accelerator = make_accelerator(cfg)
-    model, tokenizer = load_policy(cfg.model, accelerator.device)
     retriever = load_index(cfg)
     if demos in ("oracle", "heuristic"):
         from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
@@ -191,19 +203,15 @@ def dpo(
         ),
     ],
     set_: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (default: the config's train.out).")] = None,
+    out: OutOption = None,
     resume: ResumeOption = None,
 ) -> None:
     """Preference training (DPO and its variants, train.dpo.*) on (chosen, rejected) pairs."""
     from ragrl.train.dpo import DPOTrainer, read_pairs
     from ragrl.train.report import write_report
-    from ragrl.train.setup import load_policy, make_accelerator
 
-    method = _load(config, set_, out)
+    method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
-    run_dir, resume = _start_run_dir(method, resume)
-    accelerator = make_accelerator(cfg)
-    model, tokenizer = load_policy(cfg.model, accelerator.device)
     records = read_pairs(pairs, tokenizer)
     console.print(f"DPO ({cfg.dpo.loss_type}, beta {cfg.dpo.beta}) on {len(records)} pairs")
     trainer = DPOTrainer(

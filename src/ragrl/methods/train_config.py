@@ -13,7 +13,6 @@ from typing import Any
 
 from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES, PREFERENCE_LOSSES
 from ragrl.errors import RagrlError
-from ragrl.registry import Registry
 
 
 @dataclass
@@ -205,7 +204,7 @@ class TrainConfig:
             ("train.grpo.pg_loss", g.pg_loss, POLICY_LOSSES),
             ("train.dpo.loss_type", self.dpo.loss_type, PREFERENCE_LOSSES),
         ):
-            _check_name(key, name, registry)
+            registry.get(name, key=key)
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:
             raise RagrlError(
                 f"train.grpo.clip_low must be in [0, 1) and train.grpo.clip_high >= 0, got "
@@ -288,13 +287,6 @@ class TrainConfig:
             raise RagrlError(
                 f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"
             )
-
-
-def _check_name(key: str, name: str, registry: Registry) -> None:
-    if name not in registry:
-        raise RagrlError(
-            f"{key}: unknown {registry.kind} {name!r}; registered: {', '.join(registry.names())}"
-        )
 
 
 def resolved_config_yaml(method: Any) -> str:

@@ -89,10 +89,7 @@ class RolloutConfig:
     (the Search-R1 / Eval-RAR code lineage); off by default."""
 
     def __post_init__(self) -> None:
-        if self.kind not in ROLLOUTS:
-            raise RagrlError(
-                f"rollout.kind: unknown rollout {self.kind!r}; registered: {', '.join(ROLLOUTS.names())}"
-            )
+        ROLLOUTS.get(self.kind, key="rollout.kind")
         for name in ("max_turns", "max_total_tokens", "max_new_tokens", "max_obs_tokens", "k", "n"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
