@@ -24,3 +24,34 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert f"{bad}:2: invalid JSON" in " ".join(result.stderr.split())
+
+
+def test_help_shows_no_type_on_flags_and_lists_choices():
+    help_text = _ragrl("eval", "--help").stdout
+    assert "<bool>" not in help_text and "--closed-book  " in help_text  # a flag takes no value
+    assert "<oracle|heuristic>" in help_text and "<transformers|vllm>" in help_text
+    assert "search_r1-tiny" in help_text and "--set KEY=VALUE" in help_text
+    train_help = _ragrl("train", "--help").stdout
+    for key in ("search_r1-tiny", "train.model.path", "train.data.train", "train.data.index", "rollout.n"):
+        assert key in train_help, key
+
+
+def test_error_messages_keep_brackets_and_never_wrap(tmp_path):
+    # rich markup would eat "[title, sentences]"; a piped (not terminal) error stays on one line
+    long_dir = tmp_path / ("d" * 120)
+    long_dir.mkdir()
+    bad = long_dir / "h.json"
+    bad.write_text('[{"_id": "a", "question": "q", "answer": "x", "context": 5}]')
+    result = _ragrl("data", "convert", str(bad), "--format", "hotpotqa", "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and f"{bad}:1:" in result.stderr
+    assert "a list of [title, sentences] pairs" in result.stderr
+
+
+def test_json_errors_never_read_at_at(tmp_path):
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"id": "a\x01", "question": "q", "golden_answers": ["x"]}\n')
+    result = _ragrl("data", "stats", str(bad))
+    assert result.returncode == 2
+    assert f"{bad}:1: invalid JSON (Invalid control character at column 10)" in result.stderr
+    assert "at at" not in result.stderr

@@ -11,13 +11,14 @@ from typing import Annotated
 
 import typer
 
+from ragrl.commands import CONFIG_EPILOG
 from ragrl.commands.data import app as data_app
 from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import index, search, serve
 from ragrl.commands.score import score
 from ragrl.commands.train import demo, dpo, reward_model, sft, train
-from ragrl.console import console, quiet_libraries
+from ragrl.console import console, quiet_libraries, styled
 from ragrl.errors import RagrlError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -50,9 +52,9 @@ app.command("search")(search)
 app.command("serve")(serve)
 app.command("eval")(eval_command)
 app.command("reward")(reward_command)
-app.command("train")(train)
-app.command("sft")(sft)
-app.command("dpo")(dpo)
+app.command("train", epilog=CONFIG_EPILOG)(train)
+app.command("sft", epilog=CONFIG_EPILOG)(sft)
+app.command("dpo", epilog=CONFIG_EPILOG)(dpo)
 app.command("reward-model")(reward_model)
 app.command("demo")(demo)
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv)
     except RagrlError as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        console.print(styled("error:", "bold red", str(e)))
         sys.exit(2)
 
 

@@ -8,10 +8,19 @@ from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 T = TypeVar("T")
 
-console = Console(stderr=True)
+# Messages carry user text (paths, ids, JSON snippets): no markup parsing (a "[title, sentences]" would
+# vanish), no highlighting, and no hard wrapping (a piped path must stay on one line). Styled parts are
+# built with rich.text.Text.
+console = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+
+
+def styled(label: str, style: str, message: str) -> Text:
+    """``label`` in ``style`` followed by ``message`` verbatim (``styled("error:", "bold red", str(e))``)."""
+    return Text.assemble((label, style), " ", message)
 
 
 def quiet_libraries() -> None:

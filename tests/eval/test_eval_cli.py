@@ -25,6 +25,7 @@ def _eval(world_dir, out, *extra):
     ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert "evaluating " in result.stderr and "rolled out " in result.stderr  # never silent for long
     return json.loads((out / "scores.json").read_text())
 
 

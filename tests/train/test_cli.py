@@ -43,6 +43,7 @@ def test_train_writes_the_run_folder_and_resumes(world_dir, tmp_path):
     assert result.exit_code == 0, result.output
     summary = summary_of(result.stdout)
     assert summary["steps"] == 1 and summary["n_eval"] == 3
+    assert "step 1/1 TRAIN reward" in result.stderr  # a log (not a terminal) gets one line per step
     for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png"):
         assert (out / name).is_file(), name
     assert "steps: 1" in (out / "config.yaml").read_text()  # the resolved config, overrides applied

@@ -7,11 +7,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from ragrl.console import console
+from ragrl.commands import METHOD_CHOICES
+from ragrl.console import console, progress_bar
 from ragrl.errors import DataError, RagrlError
 
 
@@ -74,20 +75,23 @@ def eval_command(
             "given with each question (arena)."
         ),
     ] = None,
-    method: Annotated[str, typer.Option(help="Method name or YAML config path.")] = "search_r1",
+    method: Annotated[str, typer.Option(help=f"Method: {METHOD_CHOICES}.")] = "search_r1",
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Config override key.path=value (repeatable), e.g. rollout.max_turns=6."),
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Config override key.path=value (repeatable), e.g. rollout.max_turns=6.",
+        ),
     ] = None,
     n: Annotated[int | None, typer.Option(help="Evaluate only the first N questions.")] = None,
     out: Annotated[
         Path | None, typer.Option(help="Output directory (default runs/eval-<method>-<time>).")
     ] = None,
     demonstrator: Annotated[
-        str | None,
+        Literal["oracle", "heuristic"] | None,
         typer.Option(
-            help="Run a scripted demonstrator of the synthetic "
-            "world instead of the model: oracle or heuristic."
+            help="Run a scripted demonstrator of the synthetic world instead of the model.",
         ),
     ] = None,
     world: Annotated[
@@ -97,7 +101,9 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Seed for sampling and bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 32,
-    backend: Annotated[str, typer.Option(help="Generation backend: transformers or vllm.")] = "transformers",
+    backend: Annotated[
+        Literal["transformers", "vllm"], typer.Option(help="Generation backend.")
+    ] = "transformers",
     variant: Annotated[str, typer.Option(help="Answer normalization variant for the metrics.")] = "squad",
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for 95% confidence intervals.")] = 0,
     closed_book: Annotated[
@@ -133,6 +139,8 @@ def eval_command(
         retriever = NullRetriever()
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
+    who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
+    console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
     if demonstrator is not None:
         from ragrl.llm.hf_backend import load_tokenizer
         from ragrl.rollout.scripted import DemonstratorBackend
@@ -153,7 +161,15 @@ def eval_command(
     else:
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
-    with console.status(f"rolling out {len(examples)} questions"):
+    t0 = time.perf_counter()
+    with progress_bar() as bar:
+        task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
+
+        def on_progress(done: int, total: int) -> None:
+            bar.update(task, completed=done)
+            if not console.is_terminal:  # a log gets one line per chunk instead of a bar
+                console.print(f"rolled out {done}/{total} questions ({time.perf_counter() - t0:.0f} s)")
+
         report = evaluate(
             policy,
             retriever,
@@ -163,6 +179,7 @@ def eval_command(
             seed=seed,
             variant=variant,
             bootstrap=bootstrap,
+            on_progress=on_progress,
         )
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
@@ -188,7 +205,7 @@ def eval_command(
 
 
 def reward_command(
-    method: Annotated[str, typer.Argument(help="Method name or YAML config path.")],
+    method: Annotated[str, typer.Argument(metavar="METHOD", help=f"Method: {METHOD_CHOICES}.")],
     completions: Annotated[
         Path,
         typer.Option(
@@ -199,7 +216,11 @@ def reward_command(
     gold: Annotated[Path, typer.Option(help="Canonical question file.")],
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Config override key.path=value (repeatable), e.g. reward.1.weight=0.2."),
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Config override key.path=value (repeatable), e.g. reward.1.weight=0.2.",
+        ),
     ] = None,
     step: Annotated[
         int, typer.Option(min=0, help="Training step the reward is computed at (for scheduled weights).")

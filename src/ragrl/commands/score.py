@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ragrl.console import console
+from ragrl.console import console, styled
 from ragrl.data.io import write_jsonl
 from ragrl.errors import RagrlError
 from ragrl.metrics.normalize import VARIANTS
@@ -104,10 +104,8 @@ def score(
     ):
         info = summary[key]
         if info["count"]:
-            console.print(
-                f"[yellow]warning:[/] {info['count']} {label}, first: {', '.join(info['first_ids'])}",
-                highlight=False,
-            )
+            message = f"{info['count']} {label}, first: {', '.join(info['first_ids'])}"
+            console.print(styled("warning:", "yellow", message))
     if per_example is not None:
         write_jsonl(per_example, result.per_example)
         console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}", highlight=False)

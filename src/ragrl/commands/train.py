@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ragrl.commands import METHOD_CHOICES
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
@@ -15,7 +16,9 @@ from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override a config value: --set train.optim.lr=1e-5 (repeatable)."),
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override a config value: --set train.optim.lr=1e-5 (repeatable)."
+    ),
 ]
 ResumeOption = Annotated[
     str | None,
@@ -104,9 +107,7 @@ def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # no
 
 
 def train(
-    config: Annotated[
-        str, typer.Argument(help="A method config: packaged name (search_r1-tiny) or YAML path.")
-    ],
+    config: Annotated[str, typer.Argument(metavar="CONFIG", help=f"The method config: {METHOD_CHOICES}.")],
     set_: SetOption = None,
     out: OutOption = None,
     resume: ResumeOption = None,
@@ -136,7 +137,7 @@ def train(
 
 
 def sft(
-    config: Annotated[str, typer.Argument(help="A method config: packaged name or YAML path.")],
+    config: Annotated[str, typer.Argument(metavar="CONFIG", help=f"The method config: {METHOD_CHOICES}.")],
     demos: Annotated[
         str,
         typer.Option(
@@ -194,7 +195,7 @@ def sft(
 
 
 def dpo(
-    config: Annotated[str, typer.Argument(help="A method config: packaged name or YAML path.")],
+    config: Annotated[str, typer.Argument(metavar="CONFIG", help=f"The method config: {METHOD_CHOICES}.")],
     pairs: Annotated[
         Path,
         typer.Option(

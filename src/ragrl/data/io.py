@@ -119,10 +119,17 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
             try:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as e:
-                err = DataError(f"invalid JSON ({e.msg} at column {e.colno})", path=p, line=lineno)
+                err = DataError(json_error(e), path=p, line=lineno)
                 if on_error != "yield":
                     raise err from None
                 yield lineno, err
+
+
+def json_error(e: json.JSONDecodeError) -> str:
+    """``invalid JSON (<reason> at column N)`` for a decode error. Some of json's reasons end in "at"
+    ("Invalid control character at"); that word is dropped so the message never reads "at at"."""
+    reason = e.msg.removesuffix(" at")
+    return f"invalid JSON ({reason} at column {e.colno})"
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
@@ -215,7 +222,7 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
         try:
             array = json.loads(read_text(p))
         except json.JSONDecodeError as e:
-            raise DataError(f"invalid JSON ({e.msg})", path=p, line=e.lineno) from None
+            raise DataError(json_error(e), path=p, line=e.lineno) from None
         records: Iterable[tuple[int, Any]] = ((i + 1, r) for i, r in enumerate(array))
         where = "item"
     else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,12 +130,23 @@ def evaluate(
     seed: int = 0,
     variant: str = "squad",
     bootstrap: int = 0,
+    chunk: int = 64,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalReport:
-    """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it."""
+    """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
+
+    The examples are rolled out ``chunk`` at a time (groups numbered globally, so the result does not
+    depend on ``chunk``), calling ``on_progress(done, total)`` after each chunk."""
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
+    examples = list(examples)
     t0 = time.perf_counter()
-    trajectories = rollout.run(list(examples), n=1, seed=seed)
+    trajectories: list[Trajectory] = []
+    for start in range(0, len(examples), max(chunk, 1)):
+        part = examples[start : start + max(chunk, 1)]
+        trajectories.extend(rollout.run(part, n=1, seed=seed, first_group=start))
+        if on_progress is not None:
+            on_progress(start + len(part), len(examples))
     elapsed = time.perf_counter() - t0
     scores, rows = score_trajectories(
         trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ragrl.data.io import read_corpus, read_text, write_corpus
+from ragrl.data.io import json_error, read_corpus, read_text, write_corpus
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.registry import Registry
@@ -116,7 +116,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     try:
         manifest = json.loads(read_text(path))
     except json.JSONDecodeError as e:
-        raise RagrlError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+        raise RagrlError(f"{path}:{e.lineno}: {json_error(e)}") from None
     if not isinstance(manifest, dict):
         raise RagrlError(f"{path}: expected a JSON object")
     for key in ("type", "params", "corpus_hash"):

@@ -235,7 +235,11 @@ class Trainer:
                 if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < total:
                     self.evaluate(self.kind)
                 last_em = f" · held-out EM {self.evals[-1]['eval/em']:.2f}" if self.evals else ""
-                bar.update(task, advance=1, description=_describe(self.kind, metrics) + last_em)
+                line = _describe(self.kind, metrics) + last_em
+                bar.update(task, advance=1, description=line)
+                logged = cfg.log_every and self.step_count % cfg.log_every == 0
+                if logged and self.acc.is_main_process and not console.is_terminal:  # a log: one line a step
+                    console.print(f"step {self.step_count}/{total} {line} ({self.log.elapsed():.0f} s)")
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
         after = bool(self.evals) and self.evals[-1].get("phase") == "after"

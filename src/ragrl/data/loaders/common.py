@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.io import LoadReport, iter_jsonl, read_text, require_file
+from ragrl.data.io import LoadReport, iter_jsonl, json_error, read_text, require_file
 from ragrl.data.schema import Example
 from ragrl.errors import DataError
 
@@ -75,7 +75,7 @@ def _iter_json_array(text: str, path: str) -> Records:
             yield Loc(path, line, f"JSON array item [{n}]"), obj
             n += 1
     except json.JSONDecodeError as e:
-        raise DataError(f"invalid JSON ({e.msg} at column {e.colno})", path=path, line=e.lineno) from None
+        raise DataError(json_error(e), path=path, line=e.lineno) from None
 
 
 def _looks_like_record(obj: dict) -> bool:
@@ -130,8 +130,7 @@ def read_records(path: str | Path) -> RawFile:
         except json.JSONDecodeError as e:
             if e.msg == "Extra data" or text.strip().count("\n") > 0:
                 return RawFile(spath, "jsonl", _iter_jsonl(p))
-            message = f"invalid JSON ({e.msg} at column {e.colno})"
-            raise DataError(message, path=spath, line=e.lineno) from None
+            raise DataError(json_error(e), path=spath, line=e.lineno) from None
         layout, records = _json_object_records(obj, spath)
         return RawFile(spath, layout, records)
     return RawFile(spath, "csv", _iter_csv(p))
