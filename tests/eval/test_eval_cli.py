@@ -204,3 +204,32 @@ def test_reward_prints_one_line_per_step_with_per_step_components(world_dir, tmp
     assert [r["test_cli_per_step"] for r in steps] == [1.0 if a.kind == "search" else 0.0 for a in actions]
     assert steps[0]["weights"]["test_cli_per_step"] == 2.0 and steps[-1]["weights"]["em"] == 0.5
     assert episode["return"] == pytest.approx(sum(r["R_t"] for r in steps)) and episode["em"] == 1.0
+
+
+def test_a_megabyte_question_is_cut_reported_and_fast(world_dir, tmp_path):
+    lines = (world_dir / "test.jsonl").read_text().splitlines()[:3]
+    record = json.loads(lines[1])
+    record["question"] = "Who? " + "x " * 500_000  # 1 MB
+    data = tmp_path / "long.jsonl"
+    data.write_text("\n".join([lines[0], json.dumps(record), lines[2]]) + "\n")
+    base = [
+        "eval",
+        "--model",
+        str(world_dir / "model"),
+        "--data",
+        str(data),
+        "--index",
+        str(world_dir / "bm25"),
+    ]
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    assert f"{data}: cut 1 question(s) to rollout.max_question_chars=2,000 characters" in result.stderr
+    scores = json.loads((tmp_path / "e" / "scores.json").read_text())
+    assert scores["questions_cut"] == 1 and scores["n_scored"] == 3
+    assert scores["rollout_seconds"] < 30
+
+    refused = runner.invoke(
+        app, [*base, "--out", str(tmp_path / "r"), "--set", "rollout.long_questions=reject"]
+    )
+    assert refused.exit_code != 0
+    assert f"{data}: question '{record['id']}' has 1,000,005 characters" in str(refused.exception)

@@ -159,4 +159,5 @@ def evaluate(
     scores["temperature"] = temperature
     scores["seed"] = seed
     scores["rollout_seconds"] = round(elapsed, 3)
+    scores["questions_cut"] = sum("question_chars" in ex.metadata for ex in examples)
     return EvalReport(scores, rows, trajectories)

@@ -144,7 +144,14 @@ class Method:
         return build_rollout(config.kind, backend, retriever, self.protocol, config)
 
     def prepare_examples(self, examples: Any, where: str) -> list[Any]:
-        """``examples`` as this method trains and evaluates on them (see ``prepare``)."""
+        """``examples`` as this method trains and evaluates on them: over-long questions cut or refused
+        (``rollout.max_question_chars`` / ``long_questions``, a cut reported), then ``prepare``."""
+        from ragrl.console import console
+        from ragrl.rollout.limits import limit_questions
+
+        examples, report = limit_questions(list(examples), self.rollout, where)
+        if report.cut:
+            console.print(f"warning: {report.summary(where, self.rollout.max_question_chars)}")
         return list(examples) if self.prepare is None else list(self.prepare(list(examples), where))
 
     def diagnose(self, trajectory: Any, example: Any) -> dict[str, float]:

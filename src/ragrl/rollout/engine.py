@@ -51,6 +51,7 @@ from ragrl.data.schema import Example
 from ragrl.errors import DataError, RagrlError
 from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
 from ragrl.retrieval.base import Retriever
+from ragrl.rollout.limits import LONG_QUESTION_MODES, check_prompt_length
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.registry import ROLLOUTS, register_rollout
 from ragrl.rollout.sample import Sample
@@ -87,13 +88,25 @@ class RolloutConfig:
     final_answer_turn: bool = False
     """After ``max_turns``, give unfinished episodes one more turn whose searches are not executed
     (the Search-R1 / Eval-RAR code lineage); off by default."""
+    max_question_chars: int = 2000
+    """Longer questions are cut or refused (``long_questions``) when a question set is prepared."""
+    long_questions: str = "truncate"
+    """``truncate`` (cut to ``max_question_chars``, counted and reported) or ``reject`` (an error)."""
+    max_prompt_tokens: int = 8192
+    """An episode whose prompt encodes to more tokens is refused with an error naming the question."""
 
     def __post_init__(self) -> None:
         ROLLOUTS.get(self.kind, key="rollout.kind")
-        for name in ("max_turns", "max_total_tokens", "max_new_tokens", "max_obs_tokens", "k", "n"):
+        limits = ("max_question_chars", "max_prompt_tokens")
+        for name in ("max_turns", "max_total_tokens", "max_new_tokens", "max_obs_tokens", "k", "n", *limits):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise RagrlError(f"rollout.{name} must be a positive integer, got {v!r}")
+        if self.long_questions not in LONG_QUESTION_MODES:
+            raise RagrlError(
+                f"rollout.long_questions must be one of {', '.join(LONG_QUESTION_MODES)}, "
+                f"got {self.long_questions!r}"
+            )
         if self.max_invalid is not None and self.max_invalid < 1:
             raise RagrlError(f"rollout.max_invalid must be >= 1 or null, got {self.max_invalid!r}")
         # validates temperature / top_p / top_k with the backend's own rules
@@ -256,6 +269,7 @@ class RolloutEngine:
         episodes: list[_Episode] = []
         for g, ex in enumerate(examples):
             prompt = list(self.protocol.prompt_ids(ex, self.tokenizer))
+            check_prompt_length(ex, prompt, cfg)
             for s in range(n):
                 traj = Trajectory(
                     example_id=ex.id,
