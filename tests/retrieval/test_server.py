@@ -107,8 +107,36 @@ def test_health(client, toy_bm25, toy_passages):
 
 
 def test_create_app_rejects_bad_limits(toy_bm25):
-    with pytest.raises(RagrlError, match="must be positive"):
+    with pytest.raises(RagrlError, match="must be positive, got max_k=0"):
         create_app(toy_bm25, max_k=0)
+    with pytest.raises(RagrlError, match="max_request_bytes=0, batch_queries=-1"):
+        create_app(toy_bm25, max_request_bytes=0, batch_queries=-1)
+
+
+def test_a_body_over_the_limit_is_413_and_the_server_keeps_serving(toy_bm25):
+    with TestClient(create_app(toy_bm25, max_request_bytes=1000)) as c:
+        big = {"queries": ["capital of Germany " * 10] * 10}  # about 2 KB
+        r = c.post("/retrieve", json=big)
+        assert r.status_code == 413
+        assert "over the server's limit of 1,000 bytes" in r.json()["error"]
+
+        def chunks():  # no content-length: the limit counts the bytes as they arrive
+            yield b'{"queries": ["'
+            for _ in range(50):
+                yield b"x" * 100
+            yield b'"]}'
+
+        r = c.post("/retrieve", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        ok = c.post("/retrieve", json={"queries": QUERIES[:1]})
+        assert ok.status_code == 200 and ok.json()["result"] == _expected(toy_bm25, QUERIES[:1], 3)
+
+
+def test_a_query_over_the_length_limit_is_422(toy_bm25):
+    with TestClient(create_app(toy_bm25, max_query_chars=20)) as c:
+        r = c.post("/retrieve", json={"queries": ["short", "y" * 21]})
+        assert r.status_code == 422
+        assert r.json()["error"] == "queries.1: String should have at most 20 characters"
 
 
 # -- HttpRetriever ---------------------------------------------------------------------------------

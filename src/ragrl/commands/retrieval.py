@@ -312,6 +312,20 @@ def serve(
     port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8000,
     max_k: Annotated[int, typer.Option(help="Largest topk a request may ask for.", min=1)] = 100,
     max_batch: Annotated[int, typer.Option(help="Most queries in one request.", min=1)] = 512,
+    max_query_chars: Annotated[
+        int, typer.Option(help="Longest query (characters); longer: 422.", min=1)
+    ] = 4096,
+    max_request_bytes: Annotated[
+        int, typer.Option(help="Largest request body (bytes); larger: 413.", min=1)
+    ] = 1 << 20,
+    batch_queries: Annotated[
+        int,
+        typer.Option(
+            help="Queries per search round: concurrent requests share each round fairly, so a big one "
+            "cannot starve the others.",
+            min=1,
+        ),
+    ] = 64,
     device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
 ) -> None:
     """Serve an index over HTTP with Search-R1's /retrieve contract (and /health)."""
@@ -323,7 +337,14 @@ def serve(
     except ImportError:
         raise RagrlError(f"`ragrl serve` needs uvicorn: {SERVER_EXTRA}") from None
     retriever = load_retriever(index_dir, device=device)
-    app = create_app(retriever, max_batch=max_batch, max_k=max_k)
+    app = create_app(
+        retriever,
+        max_batch=max_batch,
+        max_k=max_k,
+        max_query_chars=max_query_chars,
+        max_request_bytes=max_request_bytes,
+        batch_queries=batch_queries,
+    )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
     example = json.dumps({"queries": ["your question"], "topk": 3, "return_scores": True})

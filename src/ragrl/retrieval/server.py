@@ -6,10 +6,12 @@ accepted for ``queries``, as verl's SearchTool names it) and answers
 per query; with ``"return_scores": false`` each item is the document alone, as in Search-R1.
 ``GET /health`` answers ``{"status": "ok", "retriever", "fingerprint", "passages"}``.
 
-Bad requests (no queries, an empty list, a query that is not a string, ``topk`` outside
-``1..max_k``, more than ``max_batch`` queries, invalid JSON) are answered with status 422 and a
-message naming the field, never a 500. Retriever calls are serialised with a lock (bm25s, faiss and
-torch objects are not guaranteed to be thread-safe) and run in a worker thread, off the event loop.
+Bad requests (no queries, an empty list, a query that is not a string or is longer than
+``max_query_chars``, ``topk`` outside ``1..max_k``, more than ``max_batch`` queries, invalid JSON) are
+answered with status 422 and a message naming the field, never a 500; a body over ``max_request_bytes``
+is refused with 413 before it is read to the end. Searches run on one worker thread off the event loop
+(``ragrl.retrieval.batcher``): concurrent requests are batched in fair rounds, so one big request cannot
+starve the others.
 
 fastapi is an optional dependency (``pip install 'ragrl[server]'``), imported when the app is created.
 """
@@ -17,11 +19,14 @@ fastapi is an optional dependency (``pip install 'ragrl[server]'``), imported wh
 # No ``from __future__ import annotations``: the request model is built inside ``create_app`` and
 # FastAPI/pydantic must see its annotations as real objects, not strings to resolve later.
 
-import threading
+import asyncio
+import contextlib
+import json
 from typing import Any
 
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit, Retriever
+from ragrl.retrieval.batcher import SearchBatcher
 
 SERVER_EXTRA = "pip install 'ragrl[server]'"
 
@@ -74,11 +79,65 @@ def _field_message(error: dict[str, Any]) -> str:
     return f"{where}: {msg}"
 
 
-def create_app(retriever: Retriever, *, max_batch: int = 512, max_k: int = 100) -> Any:
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is answered 413, as soon as its declared
+    length, or for a chunked body the bytes received so far, pass the limit. A body within the limit is
+    read here and handed on whole (the limit bounds what is held)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send, int(declared))
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._refuse(send, size)
+                return
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any, size: int) -> None:
+        body = json.dumps(
+            {"error": f"request body of {size:,}+ bytes is over the server's limit of {self.limit:,} bytes"}
+        ).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(
+    retriever: Retriever,
+    *,
+    max_batch: int = 512,
+    max_k: int = 100,
+    max_query_chars: int = 4096,
+    max_request_bytes: int = 1 << 20,
+    batch_queries: int = 64,
+) -> Any:
     """A FastAPI app serving ``retriever`` with Search-R1's ``/retrieve`` contract and ``/health``."""
     try:
         from fastapi import FastAPI, Request
-        from fastapi.concurrency import run_in_threadpool
         from fastapi.exceptions import RequestValidationError
         from fastapi.responses import JSONResponse
         from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
@@ -86,14 +145,18 @@ def create_app(retriever: Retriever, *, max_batch: int = 512, max_k: int = 100) 
         raise RagrlError(f"serving a retriever over HTTP needs fastapi: {SERVER_EXTRA}") from None
     from typing import Annotated
 
-    if max_batch < 1 or max_k < 1:
-        raise RagrlError(f"max_batch and max_k must be positive, got {max_batch} and {max_k}")
+    limits = {"max_batch": max_batch, "max_k": max_k, "max_query_chars": max_query_chars}
+    limits.update(max_request_bytes=max_request_bytes, batch_queries=batch_queries)
+    bad = {name: value for name, value in limits.items() if value < 1}
+    if bad:
+        named = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise RagrlError(f"server limits must be positive, got {named}")
 
     class RetrieveRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
 
         queries: Annotated[
-            list[StrictStr],
+            list[Annotated[StrictStr, Field(max_length=max_query_chars)]],
             Field(
                 min_length=1,
                 max_length=max_batch,
@@ -104,16 +167,20 @@ def create_app(retriever: Retriever, *, max_batch: int = 512, max_k: int = 100) 
         topk: Annotated[StrictInt, Field(ge=1, le=max_k, description="Hits per query.")] = 3
         return_scores: StrictBool = True
 
-    lock = threading.Lock()
+    batcher = SearchBatcher(retriever, batch_queries=batch_queries)
 
-    def locked_search(queries: list[str], k: int) -> list[list[Hit]]:
-        with lock:
-            return retriever.search(queries, k)
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        yield
+        batcher.close()
 
     app = FastAPI(
         title="ragrl retriever",
         description="Search-R1-compatible retrieval server (POST /retrieve, GET /health).",
+        lifespan=lifespan,
     )
+    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -137,7 +204,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 512, max_k: int = 100) 
 
     @app.post("/retrieve", response_class=JSONResponse)
     async def retrieve(body: RetrieveRequest) -> JSONResponse:
-        hits = await run_in_threadpool(locked_search, list(body.queries), body.topk)
+        hits = await asyncio.wrap_future(batcher.submit(list(body.queries), body.topk))
         if body.return_scores:
             result = [[{"document": document(h), "score": float(h.score)} for h in row] for row in hits]
         else:

@@ -1,0 +1,65 @@
+import threading
+
+import pytest
+
+from ragrl.retrieval.batcher import SearchBatcher
+
+QUERIES = ["capital of Germany", "highest mountain", "the of and", "largest river in the world"]
+
+
+class _Recording:
+    """A retriever that records each search call's queries and can hold the first call at a gate."""
+
+    def __init__(self, inner, gate: threading.Event | None = None):
+        self.inner, self.gate, self.calls = inner, gate, []
+
+    def search(self, queries, k):
+        if self.gate is not None and not self.calls:
+            self.gate.wait(timeout=10)
+        self.calls.append(list(queries))
+        return self.inner.search(queries, k)
+
+
+def test_results_equal_direct_search_whatever_the_rounds(toy_bm25):
+    batcher = SearchBatcher(toy_bm25, batch_queries=3)
+    queries = QUERIES * 5
+    assert batcher.search(queries, 2) == toy_bm25.search(queries, 2)
+    assert batcher.rounds == 7  # 20 queries, 3 per round
+    futures = [batcher.submit([q], k) for q in QUERIES for k in (1, 3)]
+    assert [f.result() for f in futures] == [toy_bm25.search([q], k) for q in QUERIES for k in (1, 3)]
+    assert batcher.search([], 3) == []
+    batcher.close()
+    assert batcher.search(QUERIES[:1], 1) == toy_bm25.search(QUERIES[:1], 1)  # a new worker
+    batcher.close()
+
+
+def test_a_big_request_cannot_starve_a_small_one(toy_bm25):
+    gate = threading.Event()
+    retriever = _Recording(toy_bm25, gate)
+    batcher = SearchBatcher(retriever, batch_queries=8)
+    big = batcher.submit(QUERIES * 50, 2)  # 200 queries: 25 rounds alone
+    small = batcher.submit(["coral reef"], 2)
+    gate.set()
+    assert small.result(timeout=10) == toy_bm25.search(["coral reef"], 2)
+    assert big.result(timeout=10) == toy_bm25.search(QUERIES * 50, 2)
+    # the small request rode in the first or second round (of 26), beside a share of the big one
+    rounds = [i for i, call in enumerate(retriever.calls) if "coral reef" in call]
+    assert rounds in ([0], [1]) and len(retriever.calls) >= 26
+    assert sum(len(c) for c in retriever.calls) == 201
+    batcher.close()
+
+
+def test_a_failing_search_fails_its_callers_and_the_worker_goes_on(toy_bm25):
+    class Flaky:
+        def search(self, queries, k):
+            if "boom" in queries:
+                raise RuntimeError("index on fire")
+            return toy_bm25.search(queries, k)
+
+    batcher = SearchBatcher(Flaky(), batch_queries=4)
+    with pytest.raises(RuntimeError, match="index on fire"):
+        batcher.search(["boom"], 2)
+    assert batcher.search(QUERIES, 2) == toy_bm25.search(QUERIES, 2)
+    batcher.close()
+    with pytest.raises(ValueError, match="batch_queries must be positive"):
+        SearchBatcher(toy_bm25, batch_queries=0)
