@@ -8,7 +8,7 @@ SHARED ?= ../shared/data
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install demo quickstart test test-all lint bench clean
+.PHONY: install demo quickstart test test-all reliability lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ test: lint
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ""
+
+# The long part of the reliability suite (docs/reliability.md): 10,000 fuzz cases per file reader,
+# kill -9 at 20 instants of a GRPO and an SFT run, and a load test of `ragrl serve` on 127.0.0.1.
+# It prints its figures (about 15 minutes on 2 CPU cores); the fast part runs with `make test`.
+reliability: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/reliability -s
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/retrieval_throughput.py

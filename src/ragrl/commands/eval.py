@@ -13,7 +13,7 @@ import typer
 
 from ragrl.commands import METHOD_CHOICES
 from ragrl.console import console, progress_bar
-from ragrl.errors import DataError, RagrlError
+from ragrl.errors import RagrlError
 
 
 def _load_examples(path: Path, n: int | None):
@@ -234,11 +234,11 @@ def reward_command(
     per-step components: one object per step (id, t, each per-step component, the weights, R_t) and one
     per episode (id, component sums, return). The whole file is scored as one batch (a batched
     component, such as an LLM judge, sees every episode)."""
-    from ragrl.data.io import iter_jsonl, read_examples
+    from ragrl.data.io import read_examples
     from ragrl.data.schema import Example
     from ragrl.methods import load_method
     from ragrl.rewards import RewardContext
-    from ragrl.rollout.replay import trajectory_from_completion
+    from ragrl.rollout.replay import read_completions
     from ragrl.rollout.trajectory import Trajectory
 
     method_obj = load_method(method, set_ or [])
@@ -248,23 +248,8 @@ def reward_command(
     components: dict[str, list[float]] = {k: [] for k in method_obj.reward.keys}
     unknown: list[str] = []
     batch: list[tuple[str, Trajectory, Example]] = []
-    for line, record in iter_jsonl(completions):
-        if not isinstance(record, dict):
-            raise DataError("expected a JSON object", path=completions, line=line)
-        if "segments" in record:
-            try:
-                traj = Trajectory.from_dict(record)
-            except (TypeError, ValueError) as e:
-                raise DataError(f"not a trajectory: {e}", path=completions, line=line) from None
-            ex_id = traj.example_id
-        else:
-            for key in ("id", "completion"):
-                if key not in record:
-                    raise DataError("missing", path=completions, line=line, field=key)
-            if not isinstance(record["completion"], str):
-                raise DataError("must be a string", path=completions, line=line, field="completion")
-            ex_id = str(record["id"])
-            traj = trajectory_from_completion(ex_id, record["completion"], method_obj.protocol)
+    for traj in read_completions(completions, method_obj.protocol):
+        ex_id = traj.example_id
         example = by_id.get(ex_id)
         if example is None:
             unknown.append(ex_id)

@@ -96,9 +96,8 @@ def to_dataclass(schema: type[T], cfg: DictConfig | Mapping[str, Any]) -> T:
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
-        raise RagrlError(
-            f"config{' key ' + repr(key) if key else ''}: {e.msg if hasattr(e, 'msg') else e}"
-        ) from None
+        reason = str(e.msg if hasattr(e, "msg") else e).strip().splitlines()[0]  # omegaconf adds details
+        raise RagrlError(f"config{' key ' + repr(key) if key else ''}: {reason}") from None
     except (TypeError, ValueError) as e:
         raise RagrlError(f"config: {e}") from None
     return obj  # type: ignore[return-value]
@@ -201,7 +200,17 @@ def load_method(
     name_or_path: str | Path, overrides: Sequence[str] | Mapping[str, Any] | None = None
 ) -> Method:
     """Load a method from its packaged name or a YAML path (its ``method:`` key names the module
-    ``ragrl.methods.<method>``, which provides ``build_method(cfg) -> Method``)."""
+    ``ragrl.methods.<method>``, which provides ``build_method(cfg) -> Method``). Every error names the
+    config."""
+    try:
+        return _load_method(name_or_path, overrides)
+    except RagrlError as e:
+        if str(e).startswith(f"{name_or_path}:"):
+            raise
+        raise RagrlError(f"{name_or_path}: {e}") from None
+
+
+def _load_method(name_or_path: str | Path, overrides: Sequence[str] | Mapping[str, Any] | None) -> Method:
     cfg = load_method_config(name_or_path, overrides)
     import_all_methods()  # a config may use any method's registered rewards, advantages or filters
     name = cfg.get("method")

@@ -11,6 +11,10 @@ actions and the final answer score such a trajectory exactly as the live one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ragrl.data.io import iter_jsonl
+from ragrl.errors import DataError
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.trajectory import Segment, Trajectory
 
@@ -63,3 +67,28 @@ def _split_at_stops(text: str, stops: tuple[str, ...]) -> list[str]:
     if text or not turns:
         turns.append(text)
     return turns
+
+
+def read_completions(path: str | Path, protocol: Protocol) -> list[Trajectory]:
+    """The episodes of a completions file, one per jsonl line: either ``{id, completion}`` (the text,
+    rebuilt with ``trajectory_from_completion``) or a saved trajectory (``{segments, ...}``). Errors name
+    the file, the line and the field."""
+    out = []
+    for line, record in iter_jsonl(path):
+        if not isinstance(record, dict):
+            raise DataError("expected a JSON object", path=path, line=line)
+        if "segments" in record:
+            try:
+                out.append(Trajectory.from_dict(record))
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise DataError(f"not a trajectory: {e}", path=path, line=line) from None
+            continue
+        for key in ("id", "completion"):
+            if key not in record:
+                raise DataError("missing", path=path, line=line, field=key)
+        if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
+            raise DataError("must be a string or an integer", path=path, line=line, field="id")
+        if not isinstance(record["completion"], str):
+            raise DataError("must be a string", path=path, line=line, field="completion")
+        out.append(trajectory_from_completion(str(record["id"]), record["completion"], protocol))
+    return out

@@ -138,7 +138,26 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        """The inverse of ``to_dict``; a malformed record raises ``TypeError`` or ``ValueError`` whose
+        message names the field (repr-quoted, so it stays on one line)."""
         d = dict(d)
-        d["segments"] = [Segment(**s) for s in d.get("segments", [])]
-        d["actions"] = [Action(**a) for a in d.get("actions", [])]
-        return cls(**d)
+        d["segments"] = [_build(Segment, s, f"segments[{i}]") for i, s in enumerate(_list(d, "segments"))]
+        d["actions"] = [_build(Action, a, f"actions[{i}]") for i, a in enumerate(_list(d, "actions"))]
+        return _build(cls, d, "trajectory")
+
+
+def _list(d: dict[str, Any], key: str) -> list[Any]:
+    value = d.get(key, [])
+    if not isinstance(value, list):
+        raise TypeError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _build(cls: type, record: Any, where: str) -> Any:
+    """``cls(**record)`` for a dataclass, refusing what is not an object and any unknown field."""
+    if not isinstance(record, dict):
+        raise TypeError(f"{where}: expected an object, got {type(record).__name__}")
+    unknown = [k for k in record if k not in cls.__dataclass_fields__]
+    if unknown:
+        raise TypeError(f"{where}: unknown field {unknown[0]!r}")
+    return cls(**record)

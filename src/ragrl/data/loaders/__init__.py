@@ -11,6 +11,7 @@ containers, the record index) and field; with ``skip_invalid=True`` it is skippe
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,8 @@ def _detect_or_fail(raw: RawFile, first: Any) -> str:
         if first is None:
             raise RagrlError(f"{raw.path}: no records to tell the format from")
         if isinstance(first, dict):
-            keys = ", ".join(map(str, list(first)[:10]))
+            shown = [str(k) if str(k).isidentifier() else json.dumps(str(k)) for k in list(first)[:10]]
+            keys = ", ".join(shown)  # an odd key is quoted and escaped: the message stays one line
         else:
             keys = f"{len(first)} CSV columns"
         hint = ""

@@ -199,4 +199,5 @@ def finish_multihop(ctx: Context, report: LoadReport) -> None:
 def is_twowiki(rec: dict[str, Any]) -> bool:
     if "level" in rec:
         return False
-    return any(k in rec for k in TWOWIKI_EXTRA_KEYS) or rec.get("type") in TWOWIKI_TYPES
+    kind = rec.get("type")
+    return any(k in rec for k in TWOWIKI_EXTRA_KEYS) or (isinstance(kind, str) and kind in TWOWIKI_TYPES)
