@@ -80,6 +80,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/demo_learning.py
 	$(BIN)/python benchmarks/arena_vs_naive.py
 	$(BIN)/python benchmarks/eval_rar_vs_search_r1.py --seeds 0 1 --ablation
+	$(BIN)/python benchmarks/server_fairness.py
 
 clean:
 	rm -rf runs .pytest_cache .hypothesis

@@ -55,3 +55,19 @@ def test_json_errors_never_read_at_at(tmp_path):
     assert result.returncode == 2
     assert f"{bad}:1: invalid JSON (Invalid control character at column 10)" in result.stderr
     assert "at at" not in result.stderr
+
+
+def test_readme_commands_write_only_under_runs():
+    """The README's command blocks, pasted into a shell at the repository root, write nothing but the
+    git-ignored runs/ folder (they once left an untracked world/ behind)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    variables = dict(re.findall(r"^(\w+)=(\S+)", "\n".join(blocks), flags=re.M))
+    outs = re.findall(r"--out\s+(\S+)", "\n".join(blocks))
+    assert outs, "no --out in the README's commands"
+    for out in outs:
+        resolved = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], out)
+        assert resolved.startswith("runs/"), out

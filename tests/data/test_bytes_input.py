@@ -137,3 +137,24 @@ def test_a_damaged_index_and_an_empty_model_folder_are_one_line_errors(tmp_path,
 
     with pytest.raises(RagrlError, match="model: not a model folder transformers can load"):
         TransformersBackend(empty)
+
+
+def test_lone_cr_line_endings_read_like_any_other(tmp_path):
+    records = [GOOD, {**GOOD, "id": "q2"}, {**GOOD, "id": "q3"}]
+    for ending in ("\n", "\r\n", "\r"):
+        path = tmp_path / "q.jsonl"
+        path.write_bytes(ending.join(json.dumps(r) for r in records).encode() + ending.encode())
+        examples, _ = read_examples(path)
+        assert [ex.id for ex in examples] == ["q1", "q2", "q3"], repr(ending)
+    path.write_bytes(b'{"id": "q1"}\r{oops\r')
+    with pytest.raises(DataError, match=r"q.jsonl:2: invalid JSON"):
+        list(iter_jsonl(path))
+
+
+def test_a_file_of_only_bad_records_names_the_first_one(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{bad\n{worse\n")
+    with pytest.raises(SystemExit) as e:
+        main(["data", "stats", str(path)])
+    assert e.value.code == 2
+    assert f"{path}:1: invalid JSON (Expecting property name" in capsys.readouterr().err

@@ -139,5 +139,5 @@ def test_kill_at_random_instants_then_resume_ends_bit_identical(trainer, world_d
     print(
         f"\ncrash {trainer}: {landed} kills in {chains} runs, every run bit-identical to the uninterrupted "
         f"one ({wall:.0f} s, {startup:.0f} s of it startup); kills: "
-        + ", ".join(f"{k}: {v}" for k, v in sorted(where.items()))
+        + "; ".join(f"{k}: {v}" for k, v in sorted(where.items()))
     )

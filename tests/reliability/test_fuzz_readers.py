@@ -5,6 +5,7 @@ never a traceback. The default run tries ``FAST_CASES`` cases per reader; ``make
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -130,6 +131,7 @@ class Reader:
         )  # fmt: skip
 
 
+@functools.cache
 def _search_protocol():
     return load_method("search_r1").protocol
 

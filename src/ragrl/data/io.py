@@ -95,7 +95,8 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
 
     A line that is not valid JSON, or not UTF-8, raises ``DataError`` naming the file and line; with
     ``on_error="yield"`` the ``DataError`` is yielded in place of the record and reading goes on. A
-    gzip-compressed file is refused at once.
+    gzip-compressed file is refused at once. Lines may end in ``\n``, ``\r\n`` or a lone ``\r`` (old Mac
+    files; JSON text never holds a raw ``\r``, so it can only end a line).
     """
     p = require_file(path)
     with p.open("rb") as f:
@@ -103,7 +104,7 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
         if bad is not None:
             raise bad
         f.seek(0)
-        for lineno, raw in enumerate(f, start=1):
+        for lineno, raw in enumerate(_lines(f), start=1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):  # a BOM some editors write
                 raw = raw[len(codecs.BOM_UTF8) :]
             try:
@@ -123,6 +124,15 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
                 if on_error != "yield":
                     raise err from None
                 yield lineno, err
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """The lines of a binary file, each without its ending: ``\n``, ``\r\n`` or a lone ``\r``."""
+    for raw in f:
+        body = raw.rstrip(b"\n")
+        if body.endswith(b"\r"):
+            body = body[:-1]
+        yield from body.split(b"\r") if b"\r" in body else (body,)
 
 
 def json_error(e: json.JSONDecodeError) -> str:

@@ -74,6 +74,10 @@ def _peek(raw: RawFile) -> tuple[Any, RawFile]:
         if isinstance(rec, dict) or (isinstance(rec, list) and raw.layout == "csv" and any(rec)):
             first = rec
             break
+    if first is None:  # nothing readable: the first bad record says why, better than "no records"
+        errors = [item[1] for item in head if isinstance(item[1], RagrlError)]
+        if errors:
+            raise errors[0]
     return first, RawFile(raw.path, raw.layout, itertools.chain(head, raw.records))
 
 
