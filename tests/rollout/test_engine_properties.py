@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
 from ragrl.llm.tiny import train_tokenizer
@@ -53,10 +55,40 @@ def word_level() -> PreTrainedTokenizerFast:
     )
 
 
-TOKENIZERS = {"bpe": byte_bpe(), "word": word_level()}
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def chatml_bpe() -> PreTrainedTokenizerFast:
+    """A real model's shape (SmolLM2, Qwen): byte-level BPE whose tags are several ordinary tokens, ChatML
+    special tokens, ``<|im_end|>`` as EOS, and a chat template."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([p.contents for p in PASSAGES] * 3 + [" ".join(TAGS)] * 3, trainer)
+    out = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=CHATML,
+        clean_up_tokenization_spaces=False,
+    )  # fmt: skip
+    assert all(len(out(t, add_special_tokens=False).input_ids) > 1 for t in TAGS)  # multi-token tags
+    return out
+
+
+TOKENIZERS = {"bpe": byte_bpe(), "word": word_level(), "chatml": chatml_bpe()}
+SMOLLM2 = Path("models/smollm2-135m-instruct")
+if (SMOLLM2 / "tokenizer.json").is_file():  # the real thing, after `make smollm2`
+    TOKENIZERS["smollm2"] = AutoTokenizer.from_pretrained(SMOLLM2)
 
 piece = st.one_of(
-    st.sampled_from(TAGS + ["</s>", " ", "\n", "Alan Turing", "London capital", "<", ">", "</", "search"]),
+    st.sampled_from(
+        TAGS + ["</s>", "<|im_end|>", " ", "\n", "Alan Turing", "London capital", "<", ">", "</", "search"]
+    ),
     st.text(max_size=12),
 )
 turn_text = st.lists(piece, max_size=12).map("".join)

@@ -1,4 +1,4 @@
-"""`ragrl model ...`: build the tiny local policy."""
+"""`ragrl model ...`: build the tiny local policy, import a GGUF checkpoint."""
 
 from __future__ import annotations
 
@@ -52,3 +52,24 @@ def tiny(
             f"copy accuracy {c['copy_accuracy']:.2f} ({c['seconds']} s)"
         )
     typer.echo(f"saved to:   {path}  ({time.perf_counter() - started:.1f} s)")
+
+
+@app.command("import-gguf")
+def import_gguf_command(
+    gguf_file: Path = typer.Argument(..., metavar="FILE", help="A GGUF checkpoint transformers can read."),
+    out: Path = typer.Option(..., "--out", "-o", help="The model folder to write."),
+    dtype: str = typer.Option("float32", "--dtype", help="Weights dtype: float32, bfloat16 or float16."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing folder."),
+) -> None:
+    """Turn a GGUF checkpoint into an ordinary model folder (safetensors, tokenizer, chat template and a
+    manifest with the source file's sha256) that every command loads with --model DIR."""
+    from ragrl.llm.gguf import import_gguf
+
+    with console.status(f"importing {gguf_file}"):
+        manifest = import_gguf(gguf_file, out, dtype=dtype, force=force)
+    typer.echo(
+        f"{manifest['model_class']}: {manifest['parameters']:,} parameters ({manifest['dtype']}), "
+        f"vocab {manifest['vocab_size']:,}, chat template {'yes' if manifest['chat_template'] else 'no'}"
+    )
+    typer.echo(f"source sha256 {manifest['sha256']}")
+    typer.echo(f"saved to: {out}  ({manifest['seconds']} s)")

@@ -1,0 +1,136 @@
+"""Import a GGUF checkpoint as an ordinary model folder (``ragrl model import-gguf``).
+
+transformers reads GGUF files (with the ``gguf`` package installed: ``pip install 'ragrl[gguf]'``) and
+dequantizes their weights, but refuses to save the result ("quantized with gguf") and has to re-read
+and dequantize the file every time. The import does that once: the weights are copied into a fresh
+model built from the same config (so nothing marks it quantized), saved as safetensors beside the
+tokenizer (with the file's chat template) and a manifest naming the source file and its sha256. Every
+ragrl command then loads the folder with ``--model DIR`` like any other checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ragrl.errors import RagrlError
+
+GGUF_EXTRA = "pip install 'ragrl[gguf]'"
+MANIFEST_NAME = "ragrl_import.json"
+GGUF_MAGIC = b"GGUF"
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_gguf_file(path: str | Path) -> Path:
+    """``path`` if it is a readable GGUF file, else a one-line error naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise RagrlError(f"{p}: no such file")
+    with p.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise RagrlError(f"{p}: not a GGUF file (it starts with {magic!r}, a GGUF file with {GGUF_MAGIC!r})")
+    return p
+
+
+def import_gguf(
+    gguf_file: str | Path, out: str | Path, *, dtype: str = "float32", force: bool = False
+) -> dict:
+    """Import ``gguf_file`` into the model folder ``out``; returns the manifest written there.
+
+    The folder is written beside ``out`` and renamed into place at the end, so an interrupted import
+    never leaves a folder that looks complete."""
+    path = check_gguf_file(gguf_file)
+    out = Path(out)
+    if dtype not in DTYPES:
+        raise RagrlError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if out.exists() and not force:
+        raise RagrlError(f"{out}: already exists (pass --force to replace it)")
+    try:
+        import gguf  # noqa: F401 - transformers reads GGUF files through it
+    except ImportError:
+        raise RagrlError(f"importing a GGUF file needs the gguf package: {GGUF_EXTRA}") from None
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    torch_dtype = getattr(torch, dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch_dtype)
+    except Exception as e:  # noqa: BLE001 - a damaged or unsupported file fails in many ways; name it
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise RagrlError(
+            f"{path}: transformers cannot read this GGUF file ({type(e).__name__}: {reason})"
+        ) from None
+
+    config = loaded.config
+    for attr in ("quantization_config", "_pre_quantization_dtype"):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    if unexpected or [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]:
+        raise RagrlError(
+            f"{path}: the weights do not fit the model (missing {missing[:3]}, extra {unexpected[:3]})"
+        )
+    model.generation_config = loaded.generation_config
+    del loaded
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    manifest = {
+        "source": str(path.resolve()),
+        "source_name": path.name,
+        "sha256": sha256_file(path),
+        "bytes": path.stat().st_size,
+        "architecture": config.model_type,
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": dtype,
+        "vocab_size": len(tokenizer),
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "eos_token": tokenizer.eos_token,
+        "transformers": _version("transformers"),
+        "gguf": _version("gguf"),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return manifest
+
+
+def read_import_manifest(model_dir: str | Path) -> dict[str, Any] | None:
+    """The import manifest of a model folder made by ``import_gguf`` (None for other folders)."""
+    p = Path(model_dir) / MANIFEST_NAME
+    if not p.is_file():
+        return None
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
