@@ -79,7 +79,7 @@ test-all: $(STAMP)
 
 # The long part of the reliability suite (docs/reliability.md): 10,000 fuzz cases per file reader,
 # kill -9 at 20 instants of a GRPO and an SFT run, and a load test of `ragrl serve` on 127.0.0.1.
-# It prints its figures (about 15 minutes on 2 CPU cores); the fast part runs with `make test`.
+# It prints its figures (about 6 minutes on 2 CPU cores); the fast part runs with `make test`.
 reliability: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/reliability -s
 

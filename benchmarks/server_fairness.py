@@ -40,7 +40,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(index: Path, batch_queries: int, questions: list[str], small_clients: int, requests: int) -> dict:
+def measure(
+    index: Path, batch_queries: int, questions: list[str], small_clients: int, requests: int, repeat: int
+) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "ragrl", "serve", str(index), "--port", str(port)]
@@ -104,6 +106,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small-clients", type=int, default=8)
     ap.add_argument("--requests", type=int, default=100)
+    ap.add_argument(
+        "--big-repeat",
+        type=int,
+        default=8,
+        help="Each big-request query is a question repeated N times "
+        "(8: about 0.5 MB per request, within the default 1 MiB limit).",
+    )
     args = ap.parse_args()
 
     passages, _ = read_corpus(CORPUS)
@@ -113,10 +122,13 @@ def main() -> None:
         index = Path(tmp) / "bm25"
         BM25Retriever.build(passages).save(index)
         clients = f"{args.small_clients} small clients x {args.requests} requests"
-        print(f"corpus: {len(passages):,} passages; {clients} beside one client of 512-query requests")
+        print(
+            f"corpus: {len(passages):,} passages; {clients} beside one client of 512-query requests "
+            f"(each query a question repeated {args.big_repeat} times)"
+        )
         results = {}
         for batch_queries, name in ((512, "one request per round"), (64, "fair rounds (64)")):
-            r = measure(index, batch_queries, questions, args.small_clients, args.requests)
+            r = measure(index, batch_queries, questions, args.small_clients, args.requests, args.big_repeat)
             results[batch_queries] = r
             print(
                 f"{name:>22}: small requests p50 {1000 * r['p50']:.0f} ms, p99 {1000 * r['p99']:.0f} ms, "

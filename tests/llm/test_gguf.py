@@ -205,6 +205,7 @@ SMOLLM2 = Path(os.environ.get("RAGRL_SMOLLM2_GGUF", "models/.download/SmolLM2-13
 @pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"{SMOLLM2} not found (make smollm2 fetches it)")
 def test_the_real_smollm2_file_imports_and_answers_from_a_passage(tmp_path):
     from ragrl.llm.backend import SamplingParams
+    from ragrl.llm.chat import encode_messages
     from ragrl.llm.hf_backend import TransformersBackend
 
     manifest = import_gguf(SMOLLM2, tmp_path / "smollm2")
@@ -214,6 +215,7 @@ def test_the_real_smollm2_file_imports_and_answers_from_a_passage(tmp_path):
     messages = [
         {"role": "user", "content": "Passage: Zorvex was founded by Ana Lind in 1987.\nWho founded Zorvex?"}
     ]
-    prompt = backend.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    prompt = encode_messages(messages, backend.tokenizer)  # the chat template, as every protocol encodes
+    assert backend.tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")
     [generation] = backend.generate([prompt], SamplingParams(max_new_tokens=16, temperature=0.0))
     assert "Ana Lind" in backend.tokenizer.decode(generation.token_ids)

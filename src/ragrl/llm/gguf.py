@@ -10,11 +10,14 @@ ragrl command then loads the folder with ``--model DIR`` like any other checkpoi
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +72,9 @@ def import_gguf(
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch_dtype)
+        with _no_dequantize_bar():
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch_dtype)
     except Exception as e:  # noqa: BLE001 - a damaged or unsupported file fails in many ways; name it
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise RagrlError(
@@ -117,6 +121,23 @@ def import_gguf(
         shutil.rmtree(out)
     os.replace(tmp, out)
     return manifest
+
+
+@contextlib.contextmanager
+def _no_dequantize_bar() -> Iterator[None]:
+    """transformers draws a raw tqdm bar while it dequantizes GGUF tensors (not switched off by its own
+    progress-bar setting): replace it with a silent one for the duration."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def read_import_manifest(model_dir: str | Path) -> dict[str, Any] | None:
