@@ -236,7 +236,7 @@ def _load_method(name_or_path: str | Path, overrides: Sequence[str] | Mapping[st
             )
         for i, stage in enumerate(method.train.stages):  # each stage's config, before any stage runs
             try:
-                load_method(name_or_path, [*_as_list(overrides), *stage.overrides, "train.stages=[]"])
+                _load_method(name_or_path, [*_as_list(overrides), *stage.overrides, "train.stages=[]"])
             except RagrlError as e:
                 raise RagrlError(f"train.stages[{i}] ({stage.name}): {e}") from None
     return method
