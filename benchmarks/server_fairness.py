@@ -1,12 +1,12 @@
 """Server fairness: latency of small requests to ``ragrl serve`` while one client keeps sending
-512-query requests, with fair rounds (``--batch-queries 64``, the default) vs one request per round
-(``--batch-queries 512``: a big request holds the retriever until it is done, as a plain lock does).
+512-query requests, with fair rounds of 64 queries (``--batch-queries 64``, the default) vs rounds of
+512 (a round can hold a whole big request, so a small one behind it waits: close to a plain lock).
 
     .venv/bin/python benchmarks/server_fairness.py [--small-clients 8] [--requests 100]
 
 Both servers serve the same BM25 index over the 2Wiki corpus sample on 127.0.0.1, one after the other
 (client and server share the machine). The last line printed is the ratio of the small requests' p99
-latency, one request per round / fair rounds.
+latency, rounds of 512 / fair rounds of 64.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main() -> None:
             f"(each query a question repeated {args.big_repeat} times)"
         )
         results = {}
-        for batch_queries, name in ((512, "one request per round"), (64, "fair rounds (64)")):
+        for batch_queries, name in ((512, "rounds of 512"), (64, "fair rounds (64)")):
             r = measure(index, batch_queries, questions, args.small_clients, args.requests, args.big_repeat)
             results[batch_queries] = r
             print(
@@ -135,7 +135,7 @@ def main() -> None:
                 f"{r['small_per_s']:.0f}/s; 512-query requests median {r['big_median']:.2f} s, "
                 f"{r['big_per_s']:.1f}/s"
             )
-    print(f"p99 ratio (one request per round / fair rounds): {results[512]['p99'] / results[64]['p99']:.1f}x")
+    print(f"p99 ratio (rounds of 512 / fair rounds of 64): {results[512]['p99'] / results[64]['p99']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -198,7 +198,10 @@ def test_import_gguf_command_and_generation_from_the_folder(tiny_gguf, tmp_path)
     assert 1 <= len(generation.token_ids) <= 5
 
 
-SMOLLM2 = Path(os.environ.get("RAGRL_SMOLLM2_GGUF", "models/.download/SmolLM2-135M-Instruct.Q4_1.gguf"))
+REPO = Path(__file__).resolve().parents[2]
+SMOLLM2 = Path(
+    os.environ.get("RAGRL_SMOLLM2_GGUF", REPO / "models" / ".download" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+)
 
 
 @pytest.mark.slow

@@ -63,3 +63,40 @@ def test_a_failing_search_fails_its_callers_and_the_worker_goes_on(toy_bm25):
     batcher.close()
     with pytest.raises(ValueError, match="batch_queries must be positive"):
         SearchBatcher(toy_bm25, batch_queries=0)
+
+
+def test_close_during_a_round_never_strands_a_search(toy_bm25):
+    gate = threading.Event()
+    batcher = SearchBatcher(_Recording(toy_bm25, gate), batch_queries=4)
+    first = batcher.submit(QUERIES * 3, 2)  # its first round is held at the gate
+    closing = threading.Thread(target=batcher.close, kwargs={"timeout": 0.2})
+    closing.start()
+    closing.join()  # close gave up waiting: the old worker is still inside its round
+    late = batcher.submit(["coral reef"], 2)  # a new worker serves it
+    gate.set()
+    assert late.result(timeout=10) == toy_bm25.search(["coral reef"], 2)
+    # the closed worker finished its round and left the rest to the new worker, or failed it
+    try:
+        assert first.result(timeout=10) == toy_bm25.search(QUERIES * 3, 2)
+    except RuntimeError as e:
+        assert "closed" in str(e)
+    batcher.close()
+
+
+def test_a_cancelled_search_is_dropped_and_a_short_answer_fails_the_round(toy_bm25):
+    gate = threading.Event()
+    batcher = SearchBatcher(_Recording(toy_bm25, gate), batch_queries=4)
+    held = batcher.submit(QUERIES, 2)
+    cancelled = batcher.submit(["coral reef"], 2)
+    assert cancelled.cancel()  # still queued: a caller that gave up
+    gate.set()
+    assert held.result(timeout=10) == toy_bm25.search(QUERIES, 2)
+    assert all("coral reef" not in call for call in batcher.retriever.calls)
+    batcher.close()
+
+    class Short:
+        def search(self, queries, k):
+            return toy_bm25.search(queries, k)[:-1]
+
+    with pytest.raises(RuntimeError, match="answered 1 hit lists for 2 queries"):
+        SearchBatcher(Short()).search(QUERIES[:2], 2)

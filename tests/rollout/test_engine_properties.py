@@ -81,7 +81,7 @@ def chatml_bpe() -> PreTrainedTokenizerFast:
 
 
 TOKENIZERS = {"bpe": byte_bpe(), "word": word_level(), "chatml": chatml_bpe()}
-SMOLLM2 = Path("models/smollm2-135m-instruct")
+SMOLLM2 = Path(__file__).resolve().parents[2] / "models" / "smollm2-135m-instruct"
 if (SMOLLM2 / "tokenizer.json").is_file():  # the real thing, after `make smollm2`
     TOKENIZERS["smollm2"] = AutoTokenizer.from_pretrained(SMOLLM2)
 

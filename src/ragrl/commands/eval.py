@@ -179,6 +179,7 @@ def eval_command(
             seed=seed,
             variant=variant,
             bootstrap=bootstrap,
+            chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
             on_progress=on_progress,
         )
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)

@@ -95,8 +95,8 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
 
     A line that is not valid JSON, or not UTF-8, raises ``DataError`` naming the file and line; with
     ``on_error="yield"`` the ``DataError`` is yielded in place of the record and reading goes on. A
-    gzip-compressed file is refused at once. Lines may end in ``\n``, ``\r\n`` or a lone ``\r`` (old Mac
-    files; JSON text never holds a raw ``\r``, so it can only end a line).
+    gzip-compressed file is refused at once. Lines may end in ``\n`` or ``\r\n``; a file without any
+    ``\n`` is read as ``\r``-separated (classic Mac files).
     """
     p = require_file(path)
     with p.open("rb") as f:
@@ -127,12 +127,15 @@ def iter_jsonl(path: str | Path, *, on_error: str = "raise") -> Iterator[tuple[i
 
 
 def _lines(f: Any) -> Iterator[bytes]:
-    """The lines of a binary file, each without its ending: ``\n``, ``\r\n`` or a lone ``\r``."""
-    for raw in f:
-        body = raw.rstrip(b"\n")
-        if body.endswith(b"\r"):
-            body = body[:-1]
-        yield from body.split(b"\r") if b"\r" in body else (body,)
+    """The lines of a binary file, each without its ending (``\n`` or ``\r\n``). A file with no ``\n``
+    at all is split on ``\r`` (classic Mac line endings); elsewhere a ``\r`` inside a line is left
+    alone (JSON allows it as whitespace)."""
+    for i, raw in enumerate(f):
+        if i == 0 and not raw.endswith(b"\n") and b"\r" in raw.rstrip(b"\r"):
+            yield from raw.rstrip(b"\r").split(b"\r")  # the whole file, one "line": CR endings
+            return
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        yield body[:-1] if body.endswith(b"\r") else body
 
 
 def json_error(e: json.JSONDecodeError) -> str:

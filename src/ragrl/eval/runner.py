@@ -135,8 +135,9 @@ def evaluate(
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
 
-    The examples are rolled out ``chunk`` at a time (groups numbered globally, so the result does not
-    depend on ``chunk``), calling ``on_progress(done, total)`` after each chunk."""
+    The examples are rolled out ``chunk`` at a time, calling ``on_progress(done, total)`` after each
+    chunk. Groups are numbered globally, so every episode keeps its seed whatever ``chunk`` is (a backend
+    that pads prompts into batches may still differ in the last float digits between chunkings)."""
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)

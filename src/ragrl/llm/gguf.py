@@ -71,10 +71,12 @@ def import_gguf(
 
     t0 = time.perf_counter()
     torch_dtype = getattr(torch, dtype)
+    # transformers < 4.56 spells it torch_dtype
+    dtype_kw = {"dtype" if _at_least("transformers", "4.56") else "torch_dtype": torch_dtype}
     try:
         with _no_dequantize_bar():
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch_dtype)
+            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **dtype_kw)
     except Exception as e:  # noqa: BLE001 - a damaged or unsupported file fails in many ways; name it
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise RagrlError(
@@ -85,7 +87,7 @@ def import_gguf(
     for attr in ("quantization_config", "_pre_quantization_dtype"):
         if hasattr(config, attr):
             delattr(config, attr)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    model = AutoModelForCausalLM.from_config(config, **dtype_kw)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     tied = set(getattr(model, "_tied_weights_keys", None) or ())
     if unexpected or [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]:
@@ -146,6 +148,13 @@ def read_import_manifest(model_dir: str | Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     return json.loads(p.read_text(encoding="utf-8"))
+
+
+def _at_least(package: str, minimum: str) -> bool:
+    from packaging.version import Version
+
+    found = _version(package)
+    return found is not None and Version(found) >= Version(minimum)
 
 
 def _version(package: str) -> str | None:

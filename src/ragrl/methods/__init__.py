@@ -49,7 +49,7 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
     try:
         cfg = OmegaConf.create(text)
     except Exception as e:  # yaml errors come in several types
-        raise RagrlError(f"{where}: invalid YAML ({e})") from None
+        raise RagrlError(_yaml_error(where, e)) from None
     if not isinstance(cfg, DictConfig):
         raise RagrlError(f"{where}: expected a mapping at the top level")
     return cfg
@@ -89,6 +89,15 @@ def load_method_config(
     return apply_overrides(_read_yaml(name_or_path), overrides)
 
 
+def _yaml_error(where: str, e: Exception) -> str:
+    """A YAML error on one line: ``FILE:LINE: invalid YAML (<problem> at column N)``."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if mark is not None:
+        return f"{where}:{mark.line + 1}: invalid YAML ({problem} at column {mark.column + 1})"
+    return f"{where}: invalid YAML ({problem})"
+
+
 def to_dataclass(schema: type[T], cfg: DictConfig | Mapping[str, Any]) -> T:
     """Validate ``cfg`` against a dataclass ``schema`` and build it (nested dataclasses included)."""
     try:
@@ -96,7 +105,7 @@ def to_dataclass(schema: type[T], cfg: DictConfig | Mapping[str, Any]) -> T:
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
-        reason = str(e.msg if hasattr(e, "msg") else e).strip().splitlines()[0]  # omegaconf adds details
+        reason = (str(e.msg if hasattr(e, "msg") else e).strip().splitlines() or [type(e).__name__])[0]
         raise RagrlError(f"config{' key ' + repr(key) if key else ''}: {reason}") from None
     except (TypeError, ValueError) as e:
         raise RagrlError(f"config: {e}") from None
@@ -205,7 +214,8 @@ def load_method(
     try:
         return _load_method(name_or_path, overrides)
     except RagrlError as e:
-        if str(e).startswith(f"{name_or_path}:"):
+        names = {str(name_or_path), str(Path(name_or_path)), f"{name_or_path}.yaml"}
+        if any(str(e).startswith(f"{name}:") for name in names):
             raise
         raise RagrlError(f"{name_or_path}: {e}") from None
 

@@ -30,6 +30,8 @@ class _Job:
     future: Future = field(default_factory=Future)
     results: list[list[Hit] | None] = field(default_factory=list)
     next: int = 0  # the first query not yet taken into a round
+    started: bool = False  # taken into a round at least once (its future is running)
+    in_flight: int = 0  # rounds holding some of its queries that have not finished
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.queries)
@@ -47,8 +49,9 @@ class SearchBatcher:
         """Rounds run so far (a measure of how requests were interleaved)."""
         self._waiting: deque[_Job] = deque()
         self._wake = threading.Condition()
-        self._closed = False
-        self._worker: threading.Thread | None = None  # started by the first search (again after close)
+        self._search = threading.Lock()  # searches never overlap, even while a closed worker finishes
+        self._generation = 0  # the current worker's; close() ends it, the next search starts another
+        self._worker: threading.Thread | None = None
 
     def submit(self, queries: list[str], k: int) -> Future:
         """Queue a search; the future resolves to one hit list per query (or the retriever's error)."""
@@ -57,33 +60,38 @@ class SearchBatcher:
             job.future.set_result([])
             return job.future
         with self._wake:
-            if self._worker is None or not self._worker.is_alive():
-                self._closed = False
-                self._worker = threading.Thread(target=self._loop, name="ragrl-search", daemon=True)
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._loop, args=(self._generation,), name="ragrl-search", daemon=True
+                )
                 self._worker.start()
             self._waiting.append(job)
-            self._wake.notify()
+            self._wake.notify_all()
         return job.future
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         """``submit`` and wait: the batched equivalent of ``retriever.search(queries, k)``."""
         return self.submit(queries, k).result()
 
-    def close(self) -> None:
-        """Stop the worker after the round it is in; searches still waiting fail (a later search starts
-        a new worker)."""
+    def close(self, timeout: float = 10.0) -> None:
+        """End the worker after the round it is in; the searches still waiting fail. A later search
+        starts a new worker."""
         with self._wake:
-            self._closed = True
-            self._wake.notify()
-        if self._worker is not None:
-            self._worker.join(timeout=10)
-        for job in self._waiting:
-            if not job.future.done():
-                job.future.set_exception(RuntimeError("the search batcher was closed"))
-        self._waiting.clear()
+            worker, self._worker = self._worker, None
+            self._generation += 1
+            self._wake.notify_all()
+        if worker is not None:
+            worker.join(timeout=timeout)
 
     def _take_round(self) -> list[tuple[_Job, int, int]]:
-        """Up to ``batch_queries`` queries, an equal share (at least one) from each waiting job."""
+        """Up to ``batch_queries`` queries, an equal share (at least one) from each waiting job; a job
+        whose caller gave up (its future cancelled) is dropped when first taken."""
+        for job in [j for j in self._waiting if not j.started]:
+            job.started = True
+            if not job.future.set_running_or_notify_cancel():
+                self._waiting.remove(job)
+        if not self._waiting:
+            return []
         share = max(1, self.batch_queries // len(self._waiting))
         picks, room = [], self.batch_queries
         for job in self._waiting:
@@ -92,24 +100,47 @@ class SearchBatcher:
             take = min(share, len(job.queries) - job.next, room)
             picks.append((job, job.next, job.next + take))
             job.next += take
+            job.in_flight += 1
             room -= take
         return picks
 
-    def _loop(self) -> None:
-        while True:
+    def _loop(self, generation: int) -> None:
+        try:
+            while True:
+                with self._wake:
+                    while not self._waiting and generation == self._generation:
+                        self._wake.wait()
+                    if generation != self._generation:
+                        if self._worker is None:  # closed, no newer worker: nobody will serve these
+                            self._fail_waiting(RuntimeError("the search batcher was closed"))
+                        return
+                    picks = self._take_round()
+                self._run(picks)
+                with self._wake:
+                    self.rounds += 1
+                    for job, _, _ in picks:
+                        job.in_flight -= 1
+                    complete = [
+                        j for j in self._waiting
+                        if j.future.done() or (j.next == len(j.queries) and not j.in_flight)
+                    ]  # fmt: skip
+                    for job in complete:
+                        self._waiting.remove(job)
+                        if not job.future.done():
+                            job.future.set_result(job.results)
+        except BaseException as e:  # never leave a caller waiting on a dead worker
             with self._wake:
-                while not self._waiting and not self._closed:
-                    self._wake.wait()
-                if self._closed:
-                    return
-                picks = self._take_round()
-            self._run(picks)
-            with self._wake:
-                self.rounds += 1
-                for job in [j for j in self._waiting if j.next == len(j.queries) or j.future.done()]:
-                    self._waiting.remove(job)
-                    if not job.future.done():
-                        job.future.set_result(job.results)
+                self._fail_waiting(e)
+                if self._worker is threading.current_thread():
+                    self._worker = None
+            raise
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        """Fail every waiting job (call with ``_wake`` held)."""
+        for job in self._waiting:
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._waiting.clear()
 
     def _run(self, picks: list[tuple[_Job, int, int]]) -> None:
         by_k: dict[int, list[tuple[_Job, int, int]]] = {}
@@ -118,8 +149,13 @@ class SearchBatcher:
         for k, group in by_k.items():
             queries = [q for job, a, b in group for q in job.queries[a:b]]
             try:
-                rows: Any = self.retriever.search(queries, k)
-            except Exception as e:  # noqa: BLE001 - handed to every caller of this round
+                with self._search:
+                    rows: Any = self.retriever.search(queries, k)
+                if len(rows) != len(queries):
+                    raise RuntimeError(
+                        f"the retriever answered {len(rows)} hit lists for {len(queries)} queries"
+                    )
+            except Exception as e:  # noqa: BLE001 - handed to the callers of this round
                 for job, _, _ in group:
                     if not job.future.done():
                         job.future.set_exception(e)

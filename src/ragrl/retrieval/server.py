@@ -172,7 +172,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> Any:
         yield
-        batcher.close()
+        await asyncio.to_thread(batcher.close)  # joins the worker: off the event loop
 
     app = FastAPI(
         title="ragrl retriever",

@@ -64,8 +64,9 @@ def normalize_format(fmt: str) -> str:
     return name
 
 
-def _peek(raw: RawFile) -> tuple[Any, RawFile]:
-    """The first record that is an object (or CSV row), and the file with nothing consumed."""
+def _peek(raw: RawFile, *, strict: bool = True) -> tuple[Any, RawFile]:
+    """The first record that is an object (or CSV row), and the file with nothing consumed. When there
+    is none and ``strict``, the first bad record's error is raised (it says more than "no records")."""
     head: list[Any] = []
     first = None
     for item in raw.records:
@@ -74,7 +75,7 @@ def _peek(raw: RawFile) -> tuple[Any, RawFile]:
         if isinstance(rec, dict) or (isinstance(rec, list) and raw.layout == "csv" and any(rec)):
             first = rec
             break
-    if first is None:  # nothing readable: the first bad record says why, better than "no records"
+    if first is None and strict:  # nothing readable: the first bad record says why
         errors = [item[1] for item in head if isinstance(item[1], RagrlError)]
         if errors:
             raise errors[0]
@@ -135,7 +136,7 @@ def load_dataset(
     """
     fmt = normalize_format(format)
     raw = read_records(path)
-    first, raw = _peek(raw)
+    first, raw = _peek(raw, strict=fmt == "auto" or not skip_invalid)
     detected = detect_record_format(first, raw.layout)
     if fmt == "auto":
         fmt = _detect_or_fail(raw, first)
