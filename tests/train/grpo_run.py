@@ -67,3 +67,5 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
     trainer.acc.wait_for_everyone()
+    if torch.distributed.is_initialized():  # a clean exit: no process aborts tearing down gloo's threads
+        torch.distributed.destroy_process_group()
