@@ -50,3 +50,18 @@ def test_prompts_over_the_token_limit_are_refused():
 def test_limit_settings_are_checked(bad, message):
     with pytest.raises(RagrlError, match=message):
         RolloutConfig(**bad)
+
+
+def test_a_question_set_with_one_over_long_prompt_is_refused_up_front(world_dir):
+    from ragrl.data.io import read_examples
+    from ragrl.llm.hf_backend import load_tokenizer
+    from ragrl.methods import load_method
+    from ragrl.rollout.limits import check_prompts
+
+    method = load_method("search_r1-tiny", ["rollout.max_prompt_tokens=200"])
+    tokenizer = load_tokenizer(world_dir / "model")
+    examples, _ = read_examples(world_dir / "test.jsonl")
+    check_prompts(examples[:20], method.protocol, tokenizer, method.rollout, "test.jsonl")
+    long = Example(id="q-long", question="Who? " + "Zorvex " * 300, answers=["a"])
+    with pytest.raises(RagrlError, match=r"test.jsonl: question 'q-long': its prompt is \d+ tokens, over"):
+        check_prompts([*examples[:20], long], method.protocol, tokenizer, method.rollout, "test.jsonl")

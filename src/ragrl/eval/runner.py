@@ -23,6 +23,7 @@ from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
+from ragrl.rollout.limits import check_prompts
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -141,6 +142,7 @@ def evaluate(
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)
+    check_prompts(examples, method.protocol, backend.tokenizer, config, "the questions")
     t0 = time.perf_counter()
     trajectories: list[Trajectory] = []
     for start in range(0, len(examples), max(chunk, 1)):

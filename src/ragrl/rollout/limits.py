@@ -60,6 +60,18 @@ def limit_questions(
     return out, LimitReport(tuple(cut), longest)
 
 
+def check_prompts(
+    examples: Sequence[Example], protocol: Any, tokenizer: Any, config: Any, where: str
+) -> None:
+    """Refuse a question set up front when any prompt is over ``config.max_prompt_tokens`` (training
+    would otherwise stop at the step that samples it, evaluation after the chunks before it)."""
+    for ex in examples:
+        try:
+            check_prompt_length(ex, protocol.prompt_ids(ex, tokenizer), config)
+        except RagrlError as e:
+            raise RagrlError(f"{where}: {e}") from None
+
+
 def check_prompt_length(example: Example, prompt_ids: Sequence[int], config: Any) -> None:
     """Refuse an episode whose prompt is longer than ``config.max_prompt_tokens`` (a templated prompt has
     no safe place to cut: shorten the question or the given passages)."""

@@ -27,6 +27,7 @@ from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.retrieval.base import Retriever
+from ragrl.rollout.limits import check_prompts
 from ragrl.train.setup import (
     MetricsLog,
     TrainingDiverged,
@@ -77,6 +78,7 @@ class Trainer:
             eval_examples = load_examples(config.data.eval, "train.data.eval") if config.data.eval else []
         eval_examples = method.prepare_examples(eval_examples, "train.data.eval")
         self.eval_examples = eval_examples[: config.data.eval_limit or None]
+        check_prompts(self.eval_examples, method.protocol, self.tokenizer, method.rollout, "train.data.eval")
         self.retriever = retriever if retriever is not None else load_index(config)
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)

@@ -43,6 +43,7 @@ from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
+from ragrl.rollout.limits import check_prompts
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.base import Trainer, load_examples
@@ -114,6 +115,9 @@ class GRPOTrainer(Trainer):
                 raise RagrlError("train.data.train: no training questions given")
             train_examples = load_examples(config.data.train, "train.data.train")
         self.train_examples = method.prepare_examples(train_examples, "train.data.train")
+        check_prompts(
+            self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train"
+        )
         g = config.grpo
         world = self.acc.num_processes
         if g.prompts_per_step % (world * g.minibatches):
