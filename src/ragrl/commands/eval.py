@@ -181,6 +181,7 @@ def eval_command(
             bootstrap=bootstrap,
             chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
             on_progress=on_progress,
+            where=str(data),
         )
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:

@@ -133,6 +133,7 @@ def evaluate(
     bootstrap: int = 0,
     chunk: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
+    where: str = "the questions",
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
 
@@ -142,7 +143,7 @@ def evaluate(
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)
-    check_prompts(examples, method.protocol, backend.tokenizer, config, "the questions")
+    check_prompts(examples, method.protocol, backend.tokenizer, config, where)
     t0 = time.perf_counter()
     trajectories: list[Trajectory] = []
     for start in range(0, len(examples), max(chunk, 1)):
