@@ -70,8 +70,9 @@ def _permute(w: torch.Tensor, heads: int) -> torch.Tensor:
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_tiny_gguf(path: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
-    """Write a tiny Llama and its tokenizer as a float32 GGUF file; returns the reference pair."""
+def write_tiny_gguf(path: Path, drop: str | None = None) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """Write a tiny Llama and its tokenizer as a float32 GGUF file (without tensor ``drop``); returns the
+    reference pair."""
     reference_tok, tokens, merges = _bpe()
     config = LlamaConfig(
         vocab_size=len(tokens), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -116,7 +117,8 @@ def write_tiny_gguf(path: Path) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFa
                 t = _permute(t, 4)
             elif g == "attn_k":
                 t = _permute(t, 2)
-            w.add_tensor(f"blk.{i}.{g}.weight", t.contiguous().numpy())
+            if f"blk.{i}.{g}.weight" != drop:
+                w.add_tensor(f"blk.{i}.{g}.weight", t.contiguous().numpy())
     w.add_tensor("output_norm.weight", state["model.norm.weight"].numpy())
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -179,6 +181,10 @@ def test_import_refuses_what_it_cannot_import(tiny_gguf, tmp_path):
     with pytest.raises(RagrlError, match="cut.gguf: transformers cannot read this GGUF file"):
         import_gguf(truncated, tmp_path / "c")
     assert not (tmp_path / "c").exists() and not (tmp_path / "c.tmp").exists()
+    incomplete = tmp_path / "incomplete.gguf"
+    write_tiny_gguf(incomplete, drop="blk.1.ffn_down.weight")  # transformers would fill it at random
+    with pytest.raises(RagrlError, match=r"incomplete.gguf: the file lacks weights .*layers.1.mlp.down_proj"):
+        import_gguf(incomplete, tmp_path / "d")
 
 
 def test_import_gguf_command_and_generation_from_the_folder(tiny_gguf, tmp_path):

@@ -12,9 +12,11 @@ class _Recording:
 
     def __init__(self, inner, gate: threading.Event | None = None):
         self.inner, self.gate, self.calls = inner, gate, []
+        self.entered = threading.Event()  # set when the first search is inside (held at the gate)
 
     def search(self, queries, k):
         if self.gate is not None and not self.calls:
+            self.entered.set()
             self.gate.wait(timeout=10)
         self.calls.append(list(queries))
         return self.inner.search(queries, k)
@@ -87,6 +89,7 @@ def test_a_cancelled_search_is_dropped_and_a_short_answer_fails_the_round(toy_bm
     gate = threading.Event()
     batcher = SearchBatcher(_Recording(toy_bm25, gate), batch_queries=4)
     held = batcher.submit(QUERIES, 2)
+    assert batcher.retriever.entered.wait(timeout=10)  # the worker is inside its first round
     cancelled = batcher.submit(["coral reef"], 2)
     assert cancelled.cancel()  # still queued: a caller that gave up
     gate.set()
@@ -98,5 +101,7 @@ def test_a_cancelled_search_is_dropped_and_a_short_answer_fails_the_round(toy_bm
         def search(self, queries, k):
             return toy_bm25.search(queries, k)[:-1]
 
+    short = SearchBatcher(Short())
     with pytest.raises(RuntimeError, match="answered 1 hit lists for 2 queries"):
-        SearchBatcher(Short()).search(QUERIES[:2], 2)
+        short.search(QUERIES[:2], 2)
+    short.close()

@@ -76,24 +76,27 @@ def import_gguf(
     try:
         with _no_dequantize_bar():
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-            loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **dtype_kw)
+            loaded, info = AutoModelForCausalLM.from_pretrained(
+                path.parent, gguf_file=path.name, output_loading_info=True, **dtype_kw
+            )
     except Exception as e:  # noqa: BLE001 - a damaged or unsupported file fails in many ways; name it
         reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise RagrlError(
             f"{path}: transformers cannot read this GGUF file ({type(e).__name__}: {reason})"
         ) from None
 
+    # transformers fills a tensor the file lacks with random values: an incomplete file is refused
+    absent = [*info.get("missing_keys", ()), *info.get("mismatched_keys", ())]
+    if absent:
+        raise RagrlError(
+            f"{path}: the file lacks weights the model needs ({', '.join(map(str, absent[:3]))})"
+        )
     config = loaded.config
     for attr in ("quantization_config", "_pre_quantization_dtype"):
         if hasattr(config, attr):
             delattr(config, attr)
     model = AutoModelForCausalLM.from_config(config, **dtype_kw)
-    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or ())
-    if unexpected or [k for k in missing if k not in tied and not k.endswith("lm_head.weight")]:
-        raise RagrlError(
-            f"{path}: the weights do not fit the model (missing {missing[:3]}, extra {unexpected[:3]})"
-        )
+    model.load_state_dict(loaded.state_dict())  # the same architecture: every key fits
     model.generation_config = loaded.generation_config
     del loaded
 

@@ -92,7 +92,7 @@ def load_method_config(
 def _yaml_error(where: str, e: Exception) -> str:
     """A YAML error on one line: ``FILE:LINE: invalid YAML (<problem> at column N)``."""
     mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or (str(e).strip().splitlines() or [type(e).__name__])[0]
+    problem = " ".join(str(getattr(e, "problem", None) or str(e) or type(e).__name__).split())
     if mark is not None:
         return f"{where}:{mark.line + 1}: invalid YAML ({problem} at column {mark.column + 1})"
     return f"{where}: invalid YAML ({problem})"

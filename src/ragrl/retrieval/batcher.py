@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,10 +61,11 @@ class SearchBatcher:
             return job.future
         with self._wake:
             if self._worker is None:
-                self._worker = threading.Thread(
+                worker = threading.Thread(
                     target=self._loop, args=(self._generation,), name="ragrl-search", daemon=True
                 )
-                self._worker.start()
+                worker.start()  # before it is recorded: a failed start leaves no phantom worker
+                self._worker = worker
             self._waiting.append(job)
             self._wake.notify_all()
         return job.future
@@ -83,18 +84,20 @@ class SearchBatcher:
         if worker is not None:
             worker.join(timeout=timeout)
 
-    def _take_round(self) -> list[tuple[_Job, int, int]]:
-        """Up to ``batch_queries`` queries, an equal share (at least one) from each waiting job; a job
-        whose caller gave up (its future cancelled) is dropped when first taken."""
+    def _takeable(self) -> list[_Job]:
+        """Waiting jobs with queries not yet taken into a round; a job whose caller gave up (its future
+        cancelled) is dropped when first seen (call with ``_wake`` held)."""
         for job in [j for j in self._waiting if not j.started]:
             job.started = True
             if not job.future.set_running_or_notify_cancel():
                 self._waiting.remove(job)
-        if not self._waiting:
-            return []
-        share = max(1, self.batch_queries // len(self._waiting))
+        return [j for j in self._waiting if j.next < len(j.queries) and not j.future.done()]
+
+    def _take_round(self, jobs: list[_Job]) -> list[tuple[_Job, int, int]]:
+        """Up to ``batch_queries`` queries, an equal share (at least one) from each of ``jobs``."""
+        share = max(1, self.batch_queries // len(jobs))
         picks, room = [], self.batch_queries
-        for job in self._waiting:
+        for job in jobs:
             if room == 0:
                 break
             take = min(share, len(job.queries) - job.next, room)
@@ -108,13 +111,13 @@ class SearchBatcher:
         try:
             while True:
                 with self._wake:
-                    while not self._waiting and generation == self._generation:
-                        self._wake.wait()
+                    while not (jobs := self._takeable()) and generation == self._generation:
+                        self._wake.wait()  # nothing to take (or only queries another worker holds)
                     if generation != self._generation:
                         if self._worker is None:  # closed, no newer worker: nobody will serve these
                             self._fail_waiting(RuntimeError("the search batcher was closed"))
                         return
-                    picks = self._take_round()
+                    picks = self._take_round(jobs)
                 self._run(picks)
                 with self._wake:
                     self.rounds += 1
@@ -126,20 +129,21 @@ class SearchBatcher:
                     ]  # fmt: skip
                     for job in complete:
                         self._waiting.remove(job)
-                        if not job.future.done():
-                            job.future.set_result(job.results)
+                        _settle(job.future, result=job.results)
+                    self._wake.notify_all()  # a worker waiting on jobs this round held may go on
         except BaseException as e:  # never leave a caller waiting on a dead worker
             with self._wake:
-                self._fail_waiting(e)
-                if self._worker is threading.current_thread():
+                current = self._worker is threading.current_thread()
+                if current:
                     self._worker = None
+                if current or self._worker is None:  # a closed worker leaves a newer one its jobs
+                    self._fail_waiting(e)
             raise
 
     def _fail_waiting(self, error: BaseException) -> None:
         """Fail every waiting job (call with ``_wake`` held)."""
         for job in self._waiting:
-            if not job.future.done():
-                job.future.set_exception(error)
+            _settle(job.future, error=error)
         self._waiting.clear()
 
     def _run(self, picks: list[tuple[_Job, int, int]]) -> None:
@@ -157,10 +161,20 @@ class SearchBatcher:
                     )
             except Exception as e:  # noqa: BLE001 - handed to the callers of this round
                 for job, _, _ in group:
-                    if not job.future.done():
-                        job.future.set_exception(e)
+                    _settle(job.future, error=e)
                 continue
             i = 0
             for job, a, b in group:
                 job.results[a:b] = rows[i : i + (b - a)]
                 i += b - a
+
+
+def _settle(future: Future, *, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``future`` unless it already is (a caller may cancel a queued search at any moment)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
