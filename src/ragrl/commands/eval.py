@@ -122,6 +122,7 @@ def eval_command(
     from ragrl.metrics.normalize import get_variant
     from ragrl.retrieval.base import load_retriever
     from ragrl.rollout.engine import write_trajectories
+    from ragrl.rollout.limits import check_prompts
 
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
@@ -161,6 +162,7 @@ def eval_command(
     else:
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
+    check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
     t0 = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
@@ -181,7 +183,6 @@ def eval_command(
             bootstrap=bootstrap,
             chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
             on_progress=on_progress,
-            where=str(data),
         )
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:

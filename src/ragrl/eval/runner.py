@@ -23,7 +23,6 @@ from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
-from ragrl.rollout.limits import check_prompts
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -133,7 +132,6 @@ def evaluate(
     bootstrap: int = 0,
     chunk: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
-    where: str = "the questions",
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
 
@@ -143,11 +141,11 @@ def evaluate(
     config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)
-    check_prompts(examples, method.protocol, backend.tokenizer, config, where)
     t0 = time.perf_counter()
     trajectories: list[Trajectory] = []
-    for start in range(0, len(examples), max(chunk, 1)):
-        part = examples[start : start + max(chunk, 1)]
+    step = max(chunk, 1)
+    for start in range(0, len(examples), step):
+        part = examples[start : start + step]
         trajectories.extend(rollout.run(part, n=1, seed=seed, first_group=start))
         if on_progress is not None:
             on_progress(start + len(part), len(examples))

@@ -180,7 +180,6 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(BodyLimit, limit=max_request_bytes)
-    app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -462,13 +462,17 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     for line, record in iter_jsonl(path):
         if not isinstance(record, dict):
             raise DataError(f"expected a JSON object, got {type(record).__name__}", path=path, line=line)
-        try:
-            traj = Trajectory.from_dict(record)
-            if not isinstance(traj.prompt_ids, list) or not all(
-                isinstance(s, Segment) for s in traj.segments
-            ):
-                raise TypeError("malformed fields")
-        except (TypeError, ValueError, KeyError, AttributeError) as e:
-            raise DataError(f"not a trajectory record ({e})", path=path, line=line) from None
-        out.append(traj)
+        out.append(trajectory_from_record(record, path, line))
     return out
+
+
+def trajectory_from_record(record: dict, path: str | Path, line: int) -> Trajectory:
+    """One saved trajectory (``Trajectory.to_dict()``); a malformed one raises ``DataError`` naming the
+    file and line."""
+    try:
+        traj = Trajectory.from_dict(record)
+        if not isinstance(traj.prompt_ids, list) or not all(isinstance(s, Segment) for s in traj.segments):
+            raise TypeError("malformed fields")
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise DataError(f"not a trajectory record ({e})", path=path, line=line) from None
+    return traj

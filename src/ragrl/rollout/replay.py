@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
+from ragrl.rollout.engine import trajectory_from_record
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.trajectory import Segment, Trajectory
 
@@ -78,10 +79,7 @@ def read_completions(path: str | Path, protocol: Protocol) -> list[Trajectory]:
         if not isinstance(record, dict):
             raise DataError("expected a JSON object", path=path, line=line)
         if "segments" in record:
-            try:
-                out.append(Trajectory.from_dict(record))
-            except (TypeError, ValueError, KeyError, AttributeError) as e:
-                raise DataError(f"not a trajectory: {e}", path=path, line=line) from None
+            out.append(trajectory_from_record(record, path, line))
             continue
         for key in ("id", "completion"):
             if key not in record:
