@@ -172,8 +172,10 @@ def test_dense_and_hybrid_index_from_cli(built, toy_passages):
         ["index", "--retriever", "hybrid", "--components", f"{built / 'idx'},{dense}", "--out", str(hybrid)],
     )
     assert result.exit_code == 0, result.output
+    queries = built / "q-dense.txt"  # its own file: under xdist the test writing q.txt may run elsewhere
+    queries.write_text("capital of Germany\n\nhighest mountain\nthe of and\n")
     for index_dir in (dense, hybrid):
-        result = runner.invoke(app, ["search", str(index_dir), "--queries", str(built / "q.txt"), "-k", "2"])
+        result = runner.invoke(app, ["search", str(index_dir), "--queries", str(queries), "-k", "2"])
         assert result.exit_code == 0, result.output
         first = json.loads(result.stdout.splitlines()[0])
         assert first["hits"][0]["title"] == "Berlin"  # "capital of Germany"
