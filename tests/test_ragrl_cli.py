@@ -71,3 +71,37 @@ def test_readme_commands_write_only_under_runs():
     for out in outs:
         resolved = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], out)
         assert resolved.startswith("runs/"), out
+
+
+LEAVE_UNDER_A_PROCESS_GROUP = """
+import os, sys
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+real_exit = os._exit
+def spy(code):
+    print(f"leaving {code} initialized={dist.is_initialized()}", flush=True)
+    real_exit(code)
+os._exit = spy
+from ragrl.cli import main
+main(sys.argv[2:])
+"""
+
+
+def test_a_process_of_a_launched_run_leaves_its_group_and_keeps_the_exit_code(tmp_path):
+    """Under torchrun / accelerate launch the command destroys the process group and exits at once
+    (gloo's threads abort some processes in the interpreter's teardown), with its output flushed and
+    its exit status unchanged: 0 for success, 2 for bad input."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        store = tmp_path / f"store-{len(args)}"
+        command = [sys.executable, "-c", LEAVE_UNDER_A_PROCESS_GROUP, str(store), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    ok = run("--version")
+    assert ok.returncode == 0
+    assert ok.stdout.splitlines() == [f"ragrl {__version__}", "leaving 0 initialized=False"]
+    missing = tmp_path / "missing.jsonl"
+    bad = run("score", str(missing), "--gold", str(missing))
+    assert bad.returncode == 2
+    assert "leaving 2 initialized=False" in bad.stdout
+    assert "missing.jsonl" in " ".join(bad.stderr.split() + bad.stdout.split())

@@ -6,6 +6,7 @@ status 2, never as a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -67,7 +68,25 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv)
     except RagrlError as e:
         console.print(styled("error:", "bold red", str(e)))
-        sys.exit(2)
+        _leave(2)
+    except SystemExit as e:
+        _leave(e.code)
+
+
+def _leave(code: int | str | None) -> None:
+    """Exit with ``code``. A process of ``accelerate launch`` / ``torchrun`` leaves its process group
+    first and then exits at once: left to the interpreter's teardown, gloo's worker threads abort the
+    process now and then (``terminate called without an active exception``, exit -6), which turns a
+    finished run into a failed one."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        sys.exit(code)
+    dist.destroy_process_group()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 if __name__ == "__main__":

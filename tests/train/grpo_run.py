@@ -67,5 +67,9 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
     trainer.acc.wait_for_everyone()
-    if torch.distributed.is_initialized():  # a clean exit: no process aborts tearing down gloo's threads
+    # leave as ragrl.cli does: gloo's threads abort some processes in the interpreter's teardown
+    if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -60,6 +60,32 @@ def test_train_writes_the_run_folder_and_resumes(world_dir, tmp_path):
     assert steps == [0, 1, 1, 2, 2]
 
 
+def test_train_on_two_processes_is_one_run(world_dir, tmp_path):
+    """``ragrl train`` under torchrun on CPU (ACCELERATE_USE_CPU) trains one run on two processes: one
+    summary that says so, and one per-step line. The command used to make every process a
+    single-process run of its own, all writing the same folder."""
+    import os
+    import subprocess
+    import sys
+
+    paths = (
+        f"train.model.path={world_dir / 'model'}",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}",
+    )
+    out = tmp_path / "run"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    ragrl = [*launch, "-m", "ragrl", "train", "search_r1-tiny", "--out", str(out)]
+    args = sets(*paths, *TINY, "train.steps=2", "train.eval_every=0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    result = subprocess.run([*ragrl, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert summary_of(result.stdout)["processes"] == 2
+    assert result.stdout.count('"trainer"') == 1
+    assert json.loads((out / "summary.json").read_text())["processes"] == 2
+    assert result.stderr.count("step 2/2 TRAIN reward") == 1
+
+
 def test_train_without_a_model_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r")])
     assert result.exit_code != 0 and "train.model.path" in str(result.exception)

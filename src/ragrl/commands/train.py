@@ -68,13 +68,12 @@ def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # no
     several processes every process looks before the main process writes."""
     import shutil
 
-    from accelerate import PartialState
-
     from ragrl.methods.train_config import resolved_config_yaml
+    from ragrl.train.setup import process_state
     from ragrl.train.state import list_checkpoints
 
     run_dir = Path(method.train.out)
-    state = PartialState()
+    state = process_state()
     present = [name for name in RUN_FILES if name != "config.yaml" and (run_dir / name).exists()]
     restart = False
     if resume == "latest" and not list_checkpoints(run_dir):
@@ -106,6 +105,16 @@ def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # no
     return run_dir, resume
 
 
+def _report(run_dir: Path, summary: dict) -> None:
+    """The run's report and its summary on stdout, once: by the main process of a launched run."""
+    from ragrl.train.report import write_report
+    from ragrl.train.setup import process_state
+
+    if process_state().is_main_process:
+        write_report(run_dir, summary)
+        print(json.dumps(summary, indent=2))
+
+
 def train(
     config: Annotated[str, typer.Argument(metavar="CONFIG", help=f"The method config: {METHOD_CHOICES}.")],
     set_: SetOption = None,
@@ -116,6 +125,7 @@ def train(
     with train.stages runs each stage in turn (<out>/stage-<i>-<name>, docs/training.md)."""
     from ragrl.train.grpo import GRPOTrainer, check_learnable
     from ragrl.train.report import write_report
+    from ragrl.train.setup import process_state
     from ragrl.train.stages import run_stages, stage_dir
 
     method = _load(config, set_, out)
@@ -125,15 +135,15 @@ def train(
                 "a staged run resumes with --resume latest (each stage from its newest checkpoint)"
             )
         summaries = run_stages(config, _overrides(set_, out), resume=resume is not None)
-        for i, (summary, stage) in enumerate(zip(summaries, method.train.stages, strict=False)):
-            write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
-        print(json.dumps({"stages": summaries}, indent=2))
+        if process_state().is_main_process:
+            for i, (summary, stage) in enumerate(zip(summaries, method.train.stages, strict=False)):
+                write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
+            print(json.dumps({"stages": summaries}, indent=2))
         return
     check_learnable(method)  # before the run folder is made
     run_dir, resume = _start_run_dir(method, resume)
     summary = GRPOTrainer(method, method.train, run_dir=run_dir).train(resume=resume)
-    write_report(run_dir, summary)
-    print(json.dumps(summary, indent=2))
+    _report(run_dir, summary)
 
 
 def sft(
@@ -156,7 +166,6 @@ def sft(
     """Supervised warm start on demonstration trajectories (loss on policy tokens only)."""
     from ragrl.rollout.engine import read_trajectories, write_trajectories
     from ragrl.train.base import load_examples, load_index
-    from ragrl.train.report import write_report
     from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
     method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
@@ -190,8 +199,7 @@ def sft(
         model=model, tokenizer=tokenizer,
     )  # fmt: skip
     summary = trainer.train(resume=resume)
-    write_report(run_dir, summary)
-    print(json.dumps(summary, indent=2))
+    _report(run_dir, summary)
 
 
 def dpo(
@@ -209,7 +217,6 @@ def dpo(
 ) -> None:
     """Preference training (DPO and its variants, train.dpo.*) on (chosen, rejected) pairs."""
     from ragrl.train.dpo import DPOTrainer, read_pairs
-    from ragrl.train.report import write_report
 
     method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
@@ -219,8 +226,7 @@ def dpo(
         method, cfg, records, run_dir=run_dir, accelerator=accelerator, model=model, tokenizer=tokenizer
     )
     summary = trainer.train(resume=resume)
-    write_report(run_dir, summary)
-    print(json.dumps(summary, indent=2))
+    _report(run_dir, summary)
 
 
 def reward_model(

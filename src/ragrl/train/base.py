@@ -257,6 +257,7 @@ class Trainer:
             "method": self.method.name,
             "model": self.config.model.path,
             "seed": self.config.seed,
+            "processes": self.acc.num_processes,
             "steps": self.step_count,
             "wall_seconds": round(self.log.elapsed(), 1),
             "peak_memory_mb": peak_memory_mb(),

@@ -24,6 +24,7 @@ _SUMMARY_LABELS = {
     "method": "method",
     "model": "model",
     "seed": "seed",
+    "processes": "processes",
     "steps": "steps",
     "n_eval": "held-out questions",
     "em_before": "EM before",

@@ -23,6 +23,17 @@ class TrainingDiverged(RagrlError):
     """The watchdog stopped the run: a loss or gradient was NaN or infinite."""
 
 
+def process_state() -> Any:
+    """accelerate's ``PartialState`` (which process this is, and how many there are) as the trainers'
+    ``Accelerator`` will see it. The first state made fixes the layout for the whole run, and a bare
+    ``PartialState()`` ignores ``ACCELERATE_USE_CPU``: made first under ``torchrun`` on CPU, it made every
+    process a single-process run of its own that wrote the same run folder."""
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+
+
 def make_accelerator(config: TrainConfig) -> Any:
     """An ``accelerate.Accelerator`` for the config; ``accelerate launch`` decides the processes."""
     from accelerate import Accelerator

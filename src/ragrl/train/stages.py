@@ -27,12 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accelerate import PartialState
-
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method
 from ragrl.methods.train_config import resolved_config_yaml
+from ragrl.train.setup import process_state
 from ragrl.train.state import list_checkpoints
 
 STATE_FILE = "stages.json"
@@ -59,7 +58,7 @@ def run_stages(
     stages, out = base.train.stages, Path(base.train.out)
     if not stages:
         raise RagrlError(f"{config}: train.stages is empty; use an ordinary run")
-    state = PartialState()  # under accelerate launch: the folder is the main process's to write
+    state = process_state()  # under accelerate launch: the folder is the main process's to write
     finished = _read_state(out) if resume else []
     if not resume and out.is_dir() and any(out.iterdir()):
         raise RagrlError(
