@@ -233,3 +233,35 @@ def test_a_megabyte_question_is_cut_reported_and_fast(world_dir, tmp_path):
     )
     assert refused.exit_code != 0
     assert f"{data}: question '{record['id']}' has 1,000,005 characters" in str(refused.exception)
+
+
+def test_few_shot_puts_oracle_replies_to_other_questions_in_front(world_dir, tmp_path):
+    from ragrl.llm.hf_backend import load_tokenizer
+
+    out = tmp_path / "few"
+    scores = _eval(world_dir, out, "--n", "3", "--few-shot", str(world_dir / "dev.jsonl"), "--shots", "1")
+    shots = read_trajectories(out / "shots.jsonl")
+    assert len(shots) == 1 and shots[0].finish_reason == "answer" and shots[0].num_searches >= 1
+    evaluated = {t.example_id for t in read_trajectories(out / "trajectories.jsonl")}
+    assert scores["provenance"]["few_shot"]["ids"] == [shots[0].example_id] and not evaluated & {
+        shots[0].example_id
+    }
+    tokenizer = load_tokenizer(world_dir / "model")
+    shot_question = {e.id: e.question for e in read_examples(world_dir / "dev.jsonl")[0]}[shots[0].example_id]
+    for t in read_trajectories(out / "trajectories.jsonl"):
+        prompt = tokenizer.decode(t.prompt_ids)
+        # the shot's question, and the passages its searches found, come before the question
+        assert shot_question in prompt and prompt.count("(Title: ") == len(shots[0].retrieved_ids) > 0
+
+    same = tmp_path / "same"
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    args += [
+        "--index",
+        str(world_dir / "bm25"),
+        "--out",
+        str(same),
+        "--few-shot",
+        str(world_dir / "test.jsonl"),
+    ]
+    result = runner.invoke(app, args)  # every question of the pool is evaluated: no shot is left
+    assert result.exit_code != 0 and "shots needed" in str(result.exception)

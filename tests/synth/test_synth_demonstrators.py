@@ -152,3 +152,40 @@ def test_invalid_turns_get_a_corrective_message_and_no_answer(setup, play):
     assert [a.error for a in trajs[0].actions] == ["empty query"] * 4
     corrective = trajs[0].segments[1]
     assert corrective.kind == "env" and "<search>" in corrective.text  # the corrective message
+
+
+def test_oracle_on_real_data_searches_supporting_titles_or_fills_step_references():
+    from ragrl.data.schema import Example, Passage, SubQuestion
+
+    oracle = OracleDemonstrator()
+    hotpot = Example(
+        id="h1",
+        question="What government position was held by the woman who portrayed Corliss Archer?",
+        answers=["Chief of Protocol"],
+        supporting_ids=["p2", "p1"],
+        passages=[Passage("p1", "Shirley Temple", "..."), Passage("p2", "Kiss and Tell (1945 film)", "..."),
+                  Passage("p3", "Meet Corliss Archer", "...")],
+    )  # fmt: skip
+    turns = [oracle.next_turn(hotpot, [None] * t) for t in range(3)]
+    assert turns == [
+        "<think> To answer this I first need: Kiss and Tell (1945 film) </think>\n"
+        "<search> Kiss and Tell (1945 film) </search>",
+        "<think> I found it. Next I need: Shirley Temple </think>\n<search> Shirley Temple </search>",
+        "<think> I found it. So the answer is Chief of Protocol. </think>\n"
+        "<answer> Chief of Protocol </answer>",
+    ]
+    musique = Example(
+        id="m1",
+        question="What is the seat of the county where Van Hook Township is located?",
+        answers=["Stanley"],
+        decomposition=[
+            SubQuestion(
+                "Van Hook Township >> located in the administrative territorial entity", ("Mountrail County",)
+            ),
+            SubQuestion("#1 >> capital", ("Stanley",)),
+        ],
+    )
+    assert oracle.next_turn(musique, [None]) == (
+        "<think> I found Mountrail County. Next I need: Mountrail County >> capital </think>\n"
+        "<search> Mountrail County >> capital </search>"
+    )

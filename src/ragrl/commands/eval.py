@@ -44,6 +44,36 @@ def _demonstrator(name: str, data: Path, world: Path | None):
     raise RagrlError(f"unknown demonstrator {name!r} (expected oracle or heuristic)")
 
 
+def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], tokenizer: Any, retriever: Any):
+    """The method's protocol with ``shots`` worked examples in front: the method's oracle (else the
+    search oracle) played through the real rollout on the first questions of ``pool_file`` that are not
+    evaluated and that it answers. Returns the protocol and the shots' trajectories."""
+    from ragrl.rollout.fewshot import FewShotProtocol, shots_from_trajectories
+    from ragrl.synth.demonstrators import OracleDemonstrator
+    from ragrl.train.sft import demonstration_trajectories
+
+    if shots < 1:
+        raise RagrlError(f"--shots must be >= 1, got {shots}")
+    taken = {e.id for e in evaluated}
+    pool = [
+        e
+        for e in method.prepare_examples(_load_examples(pool_file, None), str(pool_file))
+        if e.id not in taken
+    ]
+    candidates = pool[: 4 * shots]
+    played = demonstration_trajectories(
+        method, tokenizer, method.oracle or OracleDemonstrator(), candidates, retriever
+    )
+    chosen = shots_from_trajectories(played, {e.id: e for e in candidates}, tokenizer.eos_token)[:shots]
+    if len(chosen) < shots:
+        raise RagrlError(
+            f"--few-shot {pool_file}: the oracle answered {len(chosen)} of its first {len(candidates)} "
+            f"questions that are not evaluated; {shots} shots needed"
+        )
+    kept = {s.example.id for s in chosen}
+    return FewShotProtocol(method.protocol, chosen), [t for t in played if t.example_id in kept]
+
+
 def _provenance(model: Path, index: Path | None, data: Path) -> dict[str, Any]:
     from ragrl import __version__
     from ragrl.retrieval.base import read_manifest
@@ -113,6 +143,14 @@ def eval_command(
             help="Every search finds nothing: what the policy answers from its weights alone (no --index).",
         ),
     ] = False,
+    few_shot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Few-shot prompting: a question file whose first questions (never evaluated ones) the "
+            "method's oracle answers through the real rollout; its replies go in front of every prompt.",
+        ),
+    ] = None,
+    shots: Annotated[int, typer.Option(help="How many worked examples --few-shot puts in front.")] = 2,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from omegaconf import OmegaConf
@@ -162,6 +200,12 @@ def eval_command(
     else:
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
+    shot_trajectories: list[Any] = []
+    if few_shot is not None:
+        method_obj.protocol, shot_trajectories = _few_shot(
+            method_obj, few_shot, shots, examples, policy.tokenizer, retriever
+        )
+        console.print(f"{shots} worked examples in front of every prompt (from {few_shot})")
     check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
     t0 = time.perf_counter()
     with progress_bar() as bar:
@@ -191,6 +235,11 @@ def eval_command(
             "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
         )
     report.scores.update({"provenance": {**_provenance(model, index, data), "closed_book": closed_book}})
+    if few_shot is not None:
+        report.scores["provenance"]["few_shot"] = {
+            "file": str(few_shot),
+            "ids": [t.example_id for t in shot_trajectories],
+        }
 
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -201,6 +250,8 @@ def eval_command(
     )
     write_jsonl(out / "per_example.jsonl", report.rows)
     write_trajectories(out / "trajectories.jsonl", report.trajectories)
+    if shot_trajectories:
+        write_trajectories(out / "shots.jsonl", shot_trajectories)
     OmegaConf.save(load_method_config(method, set_ or []), out / "config.yaml")
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)

@@ -73,25 +73,68 @@ def answer_turn(thought: str, answer: str) -> str:
 
 class OracleDemonstrator:
     """Searches each gold sub-question in order, then answers the gold answer (``unknown`` when the
-    question is unanswerable). Uses gold fields: it is an upper bound, and a source of SFT traces."""
+    question is unanswerable). Uses gold fields: it is an upper bound, and a source of SFT traces.
+
+    On real data: a MuSiQue-style ``#k`` in a sub-question becomes the gold answer of step k; a question
+    without a decomposition (HotpotQA, 2Wiki) searches the title of each of its supporting passages in
+    turn (the entity each hop is about), then answers."""
 
     name = "oracle"
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         steps = example.decomposition or []
         t = len(history)
+        if not steps:
+            return self._by_titles(example, t)
         if t < len(steps):
-            step = steps[t]
+            query = _fill_step_refs(steps[t].question, [s.answers[0] if s.answers else "" for s in steps])
             if t == 0:
-                thought = f"To answer this I first need: {step.question}"
+                thought = f"To answer this I first need: {query}"
             else:
-                thought = f"I found {steps[t - 1].answers[0]}. Next I need: {step.question}"
-            return search_turn(thought, step.question)
+                thought = f"I found {steps[t - 1].answers[0]}. Next I need: {query}"
+            return search_turn(thought, query)
         if example.metadata.get("answerable", True) is False:
             return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
         found = ", ".join(s.answers[0] for s in steps)
-        thought = f"I found {found}. So the answer is {example.answers[0]}." if steps else "I know it."
+        return answer_turn(f"I found {found}. So the answer is {example.answers[0]}.", example.answers[0])
+
+    def _by_titles(self, example: Example, t: int) -> str:
+        titles = supporting_titles(example)
+        if t < len(titles):
+            thought = (
+                f"To answer this I first need: {titles[t]}"
+                if t == 0
+                else f"I found it. Next I need: {titles[t]}"
+            )
+            return search_turn(thought, titles[t])
+        if example.metadata.get("answerable", True) is False:
+            return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
+        thought = f"I found it. So the answer is {example.answers[0]}." if titles else "I know it."
         return answer_turn(thought, example.answers[0])
+
+
+_STEP_REF_RE = re.compile(r"#(\d+)")
+
+
+def _fill_step_refs(question: str, answers: list[str]) -> str:
+    """``question`` with each ``#k`` (MuSiQue's reference to the answer of step k) replaced by it."""
+
+    def sub(m: re.Match[str]) -> str:
+        k = int(m.group(1))
+        return answers[k - 1] if 1 <= k <= len(answers) and answers[k - 1] else m.group(0)
+
+    return _STEP_REF_RE.sub(sub, question)
+
+
+def supporting_titles(example: Example) -> list[str]:
+    """The distinct titles of a question's supporting passages, in the order of its supporting ids."""
+    by_id = {p.id: p.title for p in example.passages or []}
+    titles: list[str] = []
+    for pid in example.supporting_ids or []:
+        title = by_id.get(pid, "")
+        if title and title not in titles:
+            titles.append(title)
+    return titles
 
 
 _LT_WORDS = ("before", "earlier", "older", "first")
