@@ -12,9 +12,10 @@ pool). Every row is ``ragrl eval`` of the policy, greedy:
 
 Search-R1 searches BM25 over the sample's own corpus (the passages given with its questions); Bamboogle
 comes without passages, so it searches the pool of the other samples' corpora (which rarely holds its
-facts: that row measures what the policy does without evidence). ARENA reads the passages given with each
-question, so it has no Bamboogle row. The search oracle on real data searches the titles of the
-supporting passages (HotpotQA, 2Wiki) or the gold sub-questions (MuSiQue).
+facts: that row measures what the policy does without evidence), and its few-shot row shows shots from
+the first sample with passages (whose searches find their evidence in that pool). ARENA reads the
+passages given with each question, so it has no Bamboogle row. The search oracle on real data searches
+the titles of the supporting passages (HotpotQA, 2Wiki) or the gold sub-questions (MuSiQue).
 
 Rows already measured (their ``scores.json`` exists) are kept, so an interrupted run continues. The table
 (``table.md`` in ``--out``) lists EM / F1 / cover-EM, searches per question, answer rate, ARENA's
@@ -64,14 +65,20 @@ def sets(items: list[str]) -> list[str]:
 
 
 def prepare(sample: str, data: Path, n: int, seed: int) -> tuple[Path, Path]:
-    """Convert the sample and split it: ``eval.jsonl`` (``n`` questions) and ``pool.jsonl`` (the rest)."""
+    """Convert the sample and split it: ``eval.jsonl`` (``n`` questions) and ``pool.jsonl`` (the rest).
+    A folder split with another ``--n`` or ``--seed`` is refused, not reused."""
     d = data / sample
-    if not (d / "eval.jsonl").is_file():
-        ragrl("data", "convert", str(SHARED / SAMPLES[sample]), "--out", str(d), log=data / f"{sample}.log")
-        lines = (d / "questions.jsonl").read_text(encoding="utf-8").splitlines()
-        random.Random(seed).shuffle(lines)
-        (d / "eval.jsonl").write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
-        (d / "pool.jsonl").write_text("\n".join(lines[n:]) + "\n", encoding="utf-8")
+    split = {"n": n, "seed": seed}
+    if (d / "split.json").is_file():
+        if json.loads((d / "split.json").read_text()) != split:
+            sys.exit(f"{d} was split with {(d / 'split.json').read_text().strip()}; use another --out")
+        return d / "eval.jsonl", d / "pool.jsonl"
+    ragrl("data", "convert", str(SHARED / SAMPLES[sample]), "--out", str(d), log=data / f"{sample}.log")
+    lines = (d / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    random.Random(seed).shuffle(lines)
+    (d / "eval.jsonl").write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
+    (d / "pool.jsonl").write_text("\n".join(lines[n:]) + "\n", encoding="utf-8")
+    (d / "split.json").write_text(json.dumps(split) + "\n")
     return d / "eval.jsonl", d / "pool.jsonl"
 
 
@@ -139,8 +146,13 @@ def evaluate(
         seconds = ragrl(*command, log=args.out / "eval" / f"{out.name}.log")
         (out / "wall_seconds").write_text(f"{seconds:.0f}\n")
     scores = json.loads((out / "scores.json").read_text())
+    wall = out / "wall_seconds"  # missing if a run stopped between the two writes
     keys = ("em", "f1", "cover_em", "searches_per_question", "answer_rate", "cite/equal", "n_scored")
-    return {**row, **{k: scores.get(k) for k in keys}, "seconds": float((out / "wall_seconds").read_text())}
+    return {
+        **row,
+        **{k: scores.get(k) for k in keys},
+        "seconds": float(wall.read_text()) if wall.is_file() else float("nan"),
+    }
 
 
 def table(rows: list[dict]) -> str:
@@ -200,6 +212,8 @@ def main() -> None:
     rows = []
     for s in args.samples:
         questions, pool = split[s]
+        if s not in with_passages and with_passages:  # shots whose searches find their evidence
+            pool = split[with_passages[0]][1]
         for m in args.methods:
             if m == "arena" and s not in with_passages:
                 continue  # ARENA reads given passages; this sample has none

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+import traceback
+from typing import Annotated, Any
 
 import typer
 
@@ -71,21 +72,38 @@ def main(argv: list[str] | None = None) -> None:
         _leave(2)
     except SystemExit as e:
         _leave(e.code)
+    except BaseException:
+        if _process_group() is None:
+            raise
+        traceback.print_exc()  # a launched process still leaves its group (below) rather than abort
+        _leave(1)
+
+
+def _process_group() -> Any:
+    """``torch.distributed`` when this process belongs to an initialized process group, else None."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
 
 
 def _leave(code: int | str | None) -> None:
     """Exit with ``code``. A process of ``accelerate launch`` / ``torchrun`` leaves its process group
     first and then exits at once: left to the interpreter's teardown, gloo's worker threads abort the
     process now and then (``terminate called without an active exception``, exit -6), which turns a
-    finished run into a failed one."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    finished run into a failed one. Every file the commands write is closed by then."""
+    dist = _process_group()
+    if dist is None:
         sys.exit(code)
-    dist.destroy_process_group()
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - a broken group (a failed peer) must not hide the exit status
+        pass
     if isinstance(code, str):
         print(code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (| head) or a closed stream
+            pass
     os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 

@@ -253,15 +253,13 @@ def test_few_shot_puts_oracle_replies_to_other_questions_in_front(world_dir, tmp
         # the shot's question, and the passages its searches found, come before the question
         assert shot_question in prompt and prompt.count("(Title: ") == len(shots[0].retrieved_ids) > 0
 
-    same = tmp_path / "same"
-    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
-    args += [
-        "--index",
-        str(world_dir / "bm25"),
-        "--out",
-        str(same),
-        "--few-shot",
-        str(world_dir / "test.jsonl"),
-    ]
-    result = runner.invoke(app, args)  # every question of the pool is evaluated: no shot is left
-    assert result.exit_code != 0 and "shots needed" in str(result.exception)
+    base = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    base += ["--index", str(world_dir / "bm25"), "--out", str(tmp_path / "refused")]
+    result = runner.invoke(app, [*base, "--few-shot", str(world_dir / "test.jsonl")])
+    assert result.exit_code != 0 and "every question in it is evaluated" in str(result.exception)
+    result = runner.invoke(app, [*base, "--shots", "3"])
+    assert result.exit_code != 0 and "pass --few-shot FILE too" in str(result.exception)
+    result = runner.invoke(
+        app, [*base, "--few-shot", str(world_dir / "dev.jsonl"), "--demonstrator", "oracle"]
+    )
+    assert result.exit_code != 0 and "cannot be combined" in str(result.exception)

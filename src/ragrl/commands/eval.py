@@ -47,31 +47,49 @@ def _demonstrator(name: str, data: Path, world: Path | None):
 def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], tokenizer: Any, retriever: Any):
     """The method's protocol with ``shots`` worked examples in front: the method's oracle (else the
     search oracle) played through the real rollout on the first questions of ``pool_file`` that are not
-    evaluated and that it answers. Returns the protocol and the shots' trajectories."""
-    from ragrl.rollout.fewshot import FewShotProtocol, shots_from_trajectories
+    evaluated (by id or by question text) and that it answers well (``shots_from_trajectories``).
+    Returns the protocol and the shots' trajectories."""
+    from ragrl.metrics.normalize import normalize
+    from ragrl.rollout.fewshot import FewShotProtocol, dropped_shots, shots_from_trajectories
     from ragrl.synth.demonstrators import OracleDemonstrator
     from ragrl.train.sft import demonstration_trajectories
 
     if shots < 1:
         raise RagrlError(f"--shots must be >= 1, got {shots}")
-    taken = {e.id for e in evaluated}
-    pool = [
-        e
-        for e in method.prepare_examples(_load_examples(pool_file, None), str(pool_file))
-        if e.id not in taken
-    ]
+    taken = {e.id for e in evaluated} | {normalize(e.question) for e in evaluated}
+    pool: list[Any] = []
+    for e in method.prepare_examples(_load_examples(pool_file, None), str(pool_file)):
+        key = normalize(e.question)
+        if e.id not in taken and key not in taken:
+            taken |= {e.id, key}  # a question repeated in the pool is shown once
+            pool.append(e)
+    if not pool:
+        raise RagrlError(
+            f"--few-shot {pool_file}: every question in it is evaluated; take shots from other questions"
+        )
     candidates = pool[: 4 * shots]
-    played = demonstration_trajectories(
-        method, tokenizer, method.oracle or OracleDemonstrator(), candidates, retriever
-    )
-    chosen = shots_from_trajectories(played, {e.id: e for e in candidates}, tokenizer.eos_token)[:shots]
+    oracle = method.oracle or OracleDemonstrator()
+    played = demonstration_trajectories(method, tokenizer, oracle, candidates, retriever)
+    by_id = {e.id: e for e in candidates}
+    chosen = shots_from_trajectories(
+        played, by_id, tokenizer.eos_token, must_search=method.protocol.needs_retriever
+    )[:shots]
     if len(chosen) < shots:
         raise RagrlError(
-            f"--few-shot {pool_file}: the oracle answered {len(chosen)} of its first {len(candidates)} "
-            f"questions that are not evaluated; {shots} shots needed"
+            f"--few-shot {pool_file}: the oracle answered {len(chosen)} of the first {len(candidates)} "
+            "questions that are not evaluated well enough to show (an answer, no invalid turn, a search "
+            f"where the method searches); {shots} shots needed"
+        )
+    protocol = FewShotProtocol(method.protocol, chosen)
+    dropped = dropped_shots(protocol, evaluated[0], tokenizer)
+    if dropped:
+        raise RagrlError(
+            f"the model's chat template drops part of the worked examples {', '.join(dropped)} from the "
+            "prompt (some templates keep only the text after </think> of earlier assistant turns); "
+            "few-shot prompting cannot show them to this model"
         )
     kept = {s.example.id for s in chosen}
-    return FewShotProtocol(method.protocol, chosen), [t for t in played if t.example_id in kept]
+    return protocol, [t for t in played if t.example_id in kept]
 
 
 def _provenance(model: Path, index: Path | None, data: Path) -> dict[str, Any]:
@@ -150,7 +168,9 @@ def eval_command(
             "method's oracle answers through the real rollout; its replies go in front of every prompt.",
         ),
     ] = None,
-    shots: Annotated[int, typer.Option(help="How many worked examples --few-shot puts in front.")] = 2,
+    shots: Annotated[
+        int | None, typer.Option(help="How many worked examples --few-shot puts in front (default 2).")
+    ] = None,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from omegaconf import OmegaConf
@@ -178,6 +198,13 @@ def eval_command(
         retriever = NullRetriever()
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
+    if few_shot is None and shots is not None:
+        raise RagrlError("--shots sets how many worked examples --few-shot shows: pass --few-shot FILE too")
+    if few_shot is not None and (demonstrator is not None or closed_book):
+        raise RagrlError(
+            "--few-shot plays the oracle through the retriever to show a model worked examples: it cannot "
+            "be combined with --demonstrator or --closed-book"
+        )
     who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
     console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
     if demonstrator is not None:
@@ -202,11 +229,17 @@ def eval_command(
 
     shot_trajectories: list[Any] = []
     if few_shot is not None:
+        shots = 2 if shots is None else shots
         method_obj.protocol, shot_trajectories = _few_shot(
             method_obj, few_shot, shots, examples, policy.tokenizer, retriever
         )
         console.print(f"{shots} worked examples in front of every prompt (from {few_shot})")
-    check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
+    try:
+        check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
+    except RagrlError as e:
+        if few_shot is None:
+            raise
+        raise RagrlError(f"{e} (the {shots} worked examples in front count too: try fewer --shots)") from None
     t0 = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))

@@ -193,7 +193,8 @@ def sft(
             write_trajectories(run_dir / "demonstrations.jsonl", trajectories)
     else:
         trajectories = read_trajectories(demos)
-    console.print(f"SFT on {len(trajectories)} demonstrations")
+    if accelerator.is_main_process:
+        console.print(f"SFT on {len(trajectories)} demonstrations")
     trainer = SFTTrainer(
         method, cfg, trajectories, run_dir=run_dir, retriever=retriever, accelerator=accelerator,
         model=model, tokenizer=tokenizer,
@@ -221,7 +222,8 @@ def dpo(
     method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
     records = read_pairs(pairs, tokenizer)
-    console.print(f"DPO ({cfg.dpo.loss_type}, beta {cfg.dpo.beta}) on {len(records)} pairs")
+    if accelerator.is_main_process:
+        console.print(f"DPO ({cfg.dpo.loss_type}, beta {cfg.dpo.beta}) on {len(records)} pairs")
     trainer = DPOTrainer(
         method, cfg, records, run_dir=run_dir, accelerator=accelerator, model=model, tokenizer=tokenizer
     )
@@ -290,6 +292,10 @@ def demo(
 ) -> None:
     """The main job: world -> tiny policy -> SFT warm start -> GRPO -> held-out EM before/after."""
     from ragrl.train.demo import run_demo, summary_table
+    from ragrl.train.setup import process_state
+
+    if process_state().num_processes > 1:
+        raise RagrlError("ragrl demo runs on one process; launch `ragrl train` on several instead")
 
     s = run_demo(out, seed=seed, split=split, copy_steps=copy_steps, overrides=set_ or (), force=force)
     console.print(summary_table(s))

@@ -16,7 +16,7 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import Hit
-from ragrl.rollout.protocol import Protocol
+from ragrl.rollout.protocol import Protocol, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
 
 
@@ -28,18 +28,27 @@ class Shot:
 
 
 def shots_from_trajectories(
-    trajectories: Sequence[Trajectory], examples: Mapping[str, Example], eos: str | None
+    trajectories: Sequence[Trajectory],
+    examples: Mapping[str, Example],
+    eos: str | None,
+    *,
+    must_search: bool = False,
 ) -> list[Shot]:
-    """One shot per demonstration that ended with an answer; ``eos`` (the tokenizer's end token) is
-    taken off the end of the reply, since the chat template closes the assistant's message itself."""
+    """One shot per demonstration worth showing: it ended with an answer, wrote no invalid turn, is not
+    an unanswerable question's refusal, and (``must_search``: the protocol searches) searched at least
+    once. ``eos`` (the tokenizer's end token) is taken off the end of the reply, since the chat template
+    closes the assistant's message itself."""
     shots: list[Shot] = []
     for t in trajectories:
-        if t.finish_reason != "answer" or t.example_id not in examples:
+        example = examples.get(t.example_id)
+        if example is None or t.finish_reason != "answer" or t.num_invalid > 0:
+            continue
+        if example.metadata.get("answerable", True) is False or (must_search and t.num_searches == 0):
             continue
         reply = t.completion_text.rstrip()
         if eos and reply.endswith(eos):
             reply = reply[: -len(eos)].rstrip()
-        shots.append(Shot(examples[t.example_id], reply))
+        shots.append(Shot(example, reply))
     return shots
 
 
@@ -58,14 +67,14 @@ class FewShotProtocol(Protocol):
         self.followup_stop = inner.followup_stop
 
     def messages(self, example: Example) -> list[dict[str, str]]:
-        out: list[dict[str, str]] = []
-        for shot in [*self.shots, None]:
-            opening = self.inner.messages(example if shot is None else shot.example)
-            if out:  # the system message, if any, once at the top
-                opening = [m for m in opening if m["role"] != "system"]
-            out.extend(opening)
-            if shot is not None:
-                out.append({"role": "assistant", "content": shot.reply})
+        """The question's own system message (if any) first, then each shot's user turn and reply, then
+        the question's user turn: a system template that names the question names the evaluated one."""
+        question = self.inner.messages(example)
+        out = [m for m in question if m["role"] == "system"]
+        for shot in self.shots:
+            out.extend(m for m in self.inner.messages(shot.example) if m["role"] != "system")
+            out.append({"role": "assistant", "content": shot.reply})
+        out.extend(m for m in question if m["role"] != "system")
         return out
 
     def parse(self, text: str, turn: int) -> Action:
@@ -103,3 +112,17 @@ class FewShotProtocol(Protocol):
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def dropped_shots(protocol: FewShotProtocol, example: Example, tokenizer: Any) -> list[str]:
+    """The ids of the shots whose reply is not in the encoded prompt of ``example``: some chat templates
+    (Qwen3's, for one) keep only the text after ``</think>`` of assistant turns before the last user
+    turn, which would silently cut a shot's searches and observations out."""
+    prompt = squash_ws(tokenizer.decode(protocol.prompt_ids(example, tokenizer)))
+    dropped: list[str] = []
+    for shot in protocol.shots:
+        reply = squash_ws(tokenizer.decode(tokenizer.encode(shot.reply, add_special_tokens=False)))
+        core = reply[20:-20] if len(reply) > 60 else reply  # the ends may merge with the template's tokens
+        if core not in prompt:
+            dropped.append(shot.example.id)
+    return dropped

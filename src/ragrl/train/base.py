@@ -224,7 +224,8 @@ class Trainer:
         total = self.total_steps
         if resume is not None:
             ckpt = self.load(resume)
-            console.print(f"resumed from {ckpt} at step {self.step_count}")
+            if self.acc.is_main_process:
+                console.print(f"resumed from {ckpt} at step {self.step_count}")
         elif not self.evals:
             self.evaluate("before")
         stop = total if until is None else min(until, total)

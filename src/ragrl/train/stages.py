@@ -87,7 +87,8 @@ def run_stages(
             where.mkdir(parents=True)
             (where / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
         state.wait_for_everyone()
-        console.print(f"stage {i} ({stage.name}): from {start}, {method.train.steps} steps -> {where}")
+        if state.is_main_process:
+            console.print(f"stage {i} ({stage.name}): from {start}, {method.train.steps} steps -> {where}")
         trainer = GRPOTrainer(method, method.train, run_dir=where)
         until = stop[1] if stop is not None and stop[0] == i else None  # train() saves where it stops
         summary = trainer.train(resume="latest" if in_progress else None, until=until)
