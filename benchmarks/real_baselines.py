@@ -17,7 +17,8 @@ the first sample with passages (whose searches find their evidence in that pool)
 passages given with each question, so it has no Bamboogle row. The search oracle on real data searches
 the titles of the supporting passages (HotpotQA, 2Wiki) or the gold sub-questions (MuSiQue).
 
-Rows already measured (their ``scores.json`` exists) are kept, so an interrupted run continues. The table
+Rows already measured (their ``scores.json`` exists) are kept, so an interrupted run continues
+(``--measured-only`` tabulates them and runs nothing). The table
 (``table.md`` in ``--out``) lists EM / F1 / cover-EM, searches per question, answer rate, ARENA's
 citation audit (cited = gold ids exactly) and the wall time of each row.
 
@@ -190,6 +191,9 @@ def main() -> None:
     p.add_argument("--sft-questions", type=int, default=80, help="pool questions per sample for the SFT")
     p.add_argument("--batch-size", type=int, default=32, help="generation batch size")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--measured-only", action="store_true", help="tabulate the rows already measured; run none"
+    )
     args = p.parse_args()
     if not args.model.is_dir():
         sys.exit(f"{args.model}: no model folder (make smollm2)")
@@ -207,7 +211,7 @@ def main() -> None:
         index.setdefault(s, pooled)
 
     policy = {m: args.model for m in args.methods}
-    if "sft" in args.settings:
+    if "sft" in args.settings and not args.measured_only:
         sft_pool = data / "sft-pool.jsonl"
         lines = [
             ln for s in with_passages for ln in split[s][1].read_text().splitlines()[: args.sft_questions]
@@ -224,6 +228,9 @@ def main() -> None:
             if m == "arena" and s not in with_passages:
                 continue  # ARENA reads given passages; this sample has none
             for setting in args.settings:
+                measured = (args.out / "eval" / f"{s}-{m}-{setting}" / "scores.json").is_file()
+                if args.measured_only and not measured:
+                    continue
                 model = policy[m] if setting == "sft" else args.model
                 row = evaluate(
                     {"sample": s, "method": m, "setting": setting}, model, questions, index[s], pool, args
