@@ -233,7 +233,8 @@ def eval_command(
         method_obj.protocol, shot_trajectories = _few_shot(
             method_obj, few_shot, shots, examples, policy.tokenizer, retriever
         )
-        console.print(f"{shots} worked examples in front of every prompt (from {few_shot})")
+        plural = "s" if shots != 1 else ""
+        console.print(f"{shots} worked example{plural} in front of every prompt (from {few_shot})")
     try:
         check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
     except RagrlError as e:
