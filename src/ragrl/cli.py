@@ -93,10 +93,11 @@ def _leave(code: int | str | None) -> None:
     dist = _process_group()
     if dist is None:
         sys.exit(code)
-    try:
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - a broken group (a failed peer) must not hide the exit status
-        pass
+    if code in (0, None):  # after a failure, leave at once: a destroy could wait on a stuck peer
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a broken group must not hide the exit status
+            pass
     if isinstance(code, str):
         print(code, file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):

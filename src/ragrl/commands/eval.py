@@ -65,7 +65,8 @@ def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], to
             pool.append(e)
     if not pool:
         raise RagrlError(
-            f"--few-shot {pool_file}: every question in it is evaluated; take shots from other questions"
+            f"--few-shot {pool_file}: no question in it is both usable by {method.name} and not evaluated; "
+            "take shots from other questions"
         )
     candidates = pool[: 4 * shots]
     oracle = method.oracle or OracleDemonstrator()
@@ -76,9 +77,9 @@ def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], to
     )[:shots]
     if len(chosen) < shots:
         raise RagrlError(
-            f"--few-shot {pool_file}: the oracle answered {len(chosen)} of the first {len(candidates)} "
-            "questions that are not evaluated well enough to show (an answer, no invalid turn, a search "
-            f"where the method searches); {shots} shots needed"
+            f"--few-shot {pool_file}: only {len(chosen)} of the oracle's replies to the first "
+            f"{len(candidates)} questions not evaluated are good enough to show (an answer, no invalid turn, "
+            f"a search where the method searches); {shots} shots needed"
         )
     protocol = FewShotProtocol(method.protocol, chosen)
     dropped = dropped_shots(protocol, evaluated[0], tokenizer)
@@ -185,6 +186,8 @@ def eval_command(
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
     examples = method_obj.prepare_examples(_load_examples(data, n), str(data))
+    if not examples:
+        raise RagrlError(f"{data}: no question is left after {method_obj.name}'s preparation")
     if closed_book and index is not None:
         raise RagrlError("--closed-book searches nothing: leave out --index")
     if index is None and method_obj.protocol.needs_retriever and not closed_book:
@@ -240,7 +243,7 @@ def eval_command(
     except RagrlError as e:
         if few_shot is None:
             raise
-        raise RagrlError(f"{e} (the {shots} worked examples in front count too: try fewer --shots)") from None
+        raise RagrlError(f"{e} (the worked examples in front count too: try fewer --shots)") from None
     t0 = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
