@@ -86,10 +86,10 @@ def _process_group() -> Any:
 
 
 def _leave(code: int | str | None) -> None:
-    """Exit with ``code``. A process of ``accelerate launch`` / ``torchrun`` leaves its process group
-    first and then exits at once: left to the interpreter's teardown, gloo's worker threads abort the
-    process now and then (``terminate called without an active exception``, exit -6), which turns a
-    finished run into a failed one. Every file the commands write is closed by then."""
+    """Exit with ``code``. A process of ``accelerate launch`` / ``torchrun`` exits at once, after leaving
+    its process group if the command succeeded: left to the interpreter's teardown, gloo's worker
+    threads abort the process now and then (``terminate called without an active exception``, exit
+    -6), which turns a finished run into a failed one. Every file the commands write is closed by then."""
     dist = _process_group()
     if dist is None:
         sys.exit(code)

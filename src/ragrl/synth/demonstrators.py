@@ -82,35 +82,30 @@ class OracleDemonstrator:
     name = "oracle"
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
-        steps = example.decomposition or []
+        queries, found, summary = _search_plan(example)
         t = len(history)
-        if not steps:
-            return self._by_titles(example, t)
-        if t < len(steps):
-            query = _fill_step_refs(steps[t].question, [s.answers[0] if s.answers else "" for s in steps])
+        if t < len(queries):
             if t == 0:
-                thought = f"To answer this I first need: {query}"
+                thought = f"To answer this I first need: {queries[t]}"
             else:
-                thought = f"I found {steps[t - 1].answers[0]}. Next I need: {query}"
-            return search_turn(thought, query)
+                thought = f"I found {found[t - 1]}. Next I need: {queries[t]}"
+            return search_turn(thought, queries[t])
         if example.metadata.get("answerable", True) is False:
             return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
-        found = ", ".join(s.answers[0] for s in steps)
-        return answer_turn(f"I found {found}. So the answer is {example.answers[0]}.", example.answers[0])
-
-    def _by_titles(self, example: Example, t: int) -> str:
-        titles = supporting_titles(example)
-        if t < len(titles):
-            thought = (
-                f"To answer this I first need: {titles[t]}"
-                if t == 0
-                else f"I found it. Next I need: {titles[t]}"
-            )
-            return search_turn(thought, titles[t])
-        if example.metadata.get("answerable", True) is False:
-            return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
-        thought = f"I found it. So the answer is {example.answers[0]}." if titles else "I know it."
+        thought = f"I found {summary}. So the answer is {example.answers[0]}." if queries else "I know it."
         return answer_turn(thought, example.answers[0])
+
+
+def _search_plan(example: Example) -> tuple[list[str], list[str], str]:
+    """What the oracle searches, what each search finds, and how it sums up its findings: the gold
+    decomposition's sub-questions (``#k`` filled) and their answers, else the supporting passages'
+    titles (each finding is "it")."""
+    steps = example.decomposition or []
+    if steps:
+        answers = [s.answers[0] if s.answers else "" for s in steps]
+        return [_fill_step_refs(s.question, answers) for s in steps], answers, ", ".join(answers)
+    titles = supporting_titles(example)
+    return titles, ["it"] * len(titles), "it"
 
 
 _STEP_REF_RE = re.compile(r"#(\d+)")
