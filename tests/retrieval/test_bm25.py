@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -123,3 +126,15 @@ def test_threads_and_ties_deterministic(hippo_passages):
     twins = [Passage.make(f"t{i}", "identical words here") for i in range(4)]
     hits = BM25Retriever.build([*twins, Passage.make("x", "other")]).search(["identical"], k=3)[0]
     assert [h.passage.title for h in hits] == ["t0", "t1", "t2"]
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "cpu"), ("cuda", "cuda")])
+def test_bm25_keeps_jax_off_the_gpu_unless_the_user_chose(preset, expected):
+    # bm25s runs a JAX top-k on import when JAX is installed; on a GPU machine JAX's GPU client would
+    # take 75% of the GPU's memory and the policy ran out of memory (seen on an H100 with ragrl sft).
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    if preset is not None:
+        env["JAX_PLATFORMS"] = preset
+    code = "import os, ragrl.retrieval.bm25; print(os.environ['JAX_PLATFORMS'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected

@@ -12,11 +12,17 @@ positive-score passages, which is also faster than ``BM25.retrieve`` (benchmarks
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-import bm25s
-import numpy as np
+# bm25s runs a JAX top-k when it is imported if JAX is installed; on a GPU machine that starts JAX's
+# GPU client, which takes 75% of the GPU's memory for itself, and the policy then runs out of memory.
+# ragrl never uses bm25s's JAX path, so JAX stays on the CPU unless the user says otherwise.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import bm25s  # noqa: E402
+import numpy as np  # noqa: E402
 
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
