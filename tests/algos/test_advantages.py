@@ -93,7 +93,8 @@ def test_difficulty_weight_matches_tiresrag_table():
 
 
 def test_registry_and_input_errors():
-    assert advantage_names() == ["grpo", "grpo_mean_only", "reinforce_pp_baseline", "rloo"]
+    # the core's own; a method module adds its estimator when imported (tiresrag)
+    assert {"grpo", "grpo_mean_only", "reinforce_pp_baseline", "rloo"} <= set(advantage_names())
     with pytest.raises(RagrlError, match=r"unknown advantage 'ppo'; registered: grpo, "):
         get_advantage("ppo")
     with pytest.raises(RagrlError, match="std must be 'sample' or 'population'"):

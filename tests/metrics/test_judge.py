@@ -4,13 +4,8 @@ HTTP server, and the local judge on a tiny model."""
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -191,79 +186,7 @@ def test_judge_answers_batches_dedups_and_uses_the_cache():
         judge_answers(["q"], [], ["b"], client=plain)
 
 
-# -- OpenAIJudge against a real HTTP server --------------------------------------------------------
-
-
-@dataclass
-class ChatServer:
-    """A tiny OpenAI chat-completions server: answers from ``script`` (status, body) first, then
-    ``yes`` when the prompt's answer block holds a gold label verbatim, else ``no``."""
-
-    url: str = ""
-    script: list[tuple[int, Any]] = field(default_factory=list)
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    delay: float = 0.0
-    """Seconds each request is held before the reply (to see concurrent requests)."""
-    in_flight: int = 0
-    max_in_flight: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def respond(self, body: dict[str, Any]) -> tuple[int, Any]:
-        if self.script:
-            return self.script.pop(0)
-        prompt = body["messages"][-1]["content"]
-        gold = prompt.split("\n", 1)[1].split("\n\n\n\n", 1)[0]
-        answer = prompt.split("\n\n\n\n")[1].split("\n", 1)[1]
-        reply = "Yes" if repr(answer) in gold else "No"
-        return 200, {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "model": body["model"],
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
-            ],
-        }
-
-
-@pytest.fixture
-def chat_server() -> Iterator[ChatServer]:
-    state = ChatServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(length))
-            state.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-            with state.lock:
-                state.in_flight += 1
-                state.max_in_flight = max(state.max_in_flight, state.in_flight)
-            time.sleep(state.delay)
-            with state.lock:
-                state.in_flight -= 1
-            if self.path != "/v1/chat/completions":
-                status, payload = 404, {"error": {"message": f"no route {self.path}"}}
-            else:
-                status, payload = state.respond(body)
-            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+# -- OpenAIJudge against a real HTTP server (tests/conftest.py: chat_server) -----------------------
 
 
 def test_openai_judge_contract(chat_server, monkeypatch):

@@ -51,17 +51,24 @@ def compute_advantages(
     group_ids: Tensor,
     *,
     components: Mapping[str, Tensor] | None = None,
+    weights: Mapping[str, float] | None = None,
     **params: object,
 ) -> Tensor:
     """``get_advantage(name)(rewards, group_ids, **params)``: the call a trainer makes from its config.
 
     ``components`` (each reward component's raw values, aligned with ``rewards``) reach estimators that
     declare a ``components`` parameter (TIRESRAG-R1's difficulty weight reads the sufficiency
-    component, its consistency penalty the z-scores of three); the others never see them."""
+    component, its consistency penalty the z-scores of three); ``weights`` (each component's weight in
+    force at this step, a schedule applied) reach those that declare ``weights``. The others never
+    see them."""
     fn = get_advantage(name)
-    if components is not None and "components" in inspect.signature(fn).parameters:
-        return fn(rewards, group_ids, components=components, **params)
-    return fn(rewards, group_ids, **params)
+    declared = inspect.signature(fn).parameters
+    extra: dict[str, object] = {}
+    if components is not None and "components" in declared:
+        extra["components"] = components
+    if weights is not None and "weights" in declared:
+        extra["weights"] = weights
+    return fn(rewards, group_ids, **extra, **params)
 
 
 # --- groups -------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A completion is the generated text after the prompt, observations included. The protocol says where
 the environment's text is (``Protocol.env_spans``); everything else is policy text, split into turns
 at those spans and, as a backend would have stopped, right after the first stop string of a turn;
-each turn is parsed as during the rollout, and an episode ends at its final action. Token ids are
+each turn is parsed as during the rollout, and an episode ends at its final action (unless the protocol's
+``after_answer`` asks for a reflection pass, which goes on with the text after it). Token ids are
 not available from
 text, so segments carry none; search actions carry no retrieved ids. Rewards that read only text,
 actions and the final answer score such a trajectory exactly as the live one.
@@ -32,9 +33,9 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
         position = end
     pieces.append(("policy", completion[position:]))
 
-    turn = 0
+    turn, ended = 0, False
     for kind, text in pieces:
-        if traj.final_answer is not None:
+        if ended:
             break
         if kind == "env":
             traj.segments.append(Segment("env", [], text))
@@ -48,10 +49,11 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
             turn += 1
             if protocol.is_final(action):
                 traj.final_answer = action.content
-                traj.finish_reason = "answer"
-                break
-    if traj.final_answer is None:
-        traj.finish_reason = "no_answer"
+                # a protocol that asks for one more pass (a reflection) goes on with the text after it
+                if protocol.after_answer(traj, action) is None:
+                    ended = True
+                    break
+    traj.finish_reason = "no_answer" if traj.final_answer is None else "answer"
     return traj
 
 

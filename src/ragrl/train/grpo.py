@@ -227,8 +227,9 @@ class GRPOTrainer(Trainer):
             for key in self.method.reward.keys
         }
         group_ids = torch.tensor([s.group for s in samples])
+        weights = results[0].weights if results else {}  # the same for every episode of a step
         advantages = compute_advantages(
-            g.advantage, rewards, group_ids, components=components, **g.advantage_params
+            g.advantage, rewards, group_ids, components=components, weights=weights, **g.advantage_params
         )
         scores = rewards if g.group_filter_on == "total" else components[g.group_filter_on]
         keep = get_filter(g.group_filter)(scores, group_ids, **g.group_filter_params).tolist()

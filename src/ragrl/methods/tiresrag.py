@@ -1,0 +1,313 @@
+"""TIRESRAG-R1: think, retrieve, reflect (spec ``methods/tiresrag.md``). Rewards and advantages.
+
+This module holds the protocol (think, retrieve, answer, reflect once), the rule-based rewards and the
+advantage estimator. The judged rewards R^S and R^T are in ``ragrl.methods.tiresrag_judges``.
+
+**The rollout (§1.2–1.4)** is Search-R1's loop with the method's prompt and insertion format. The
+instructions go in the system message and the raw question in the user message. A search's passages
+come back as ``\n\n<information>\n(1)Title text\n(2)…</information>\n\n`` (a leading number of a passage
+dropped; ``None`` when nothing is found). After the first ``<answer>``, ``reflect: true`` continues the
+same episode once (``reflection_cue``, empty by default, is inserted first): the policy may think,
+search again and answer again; the last answer is final and every answer is kept for R^R. The
+released code gets the same effect by not stopping at ``</answer>`` during training; it stops there
+at evaluation (§8 Q7), which ``reflect: false`` reproduces. The retrieval cap (8 in the code) is
+``rollout.max_turns`` (searches and answers share it: 10 leaves room for 8 searches, an answer and
+its reflection).
+
+**Answer reward R^A (§2.1).** Token F1 of the last ``<answer>`` against the gold answers, with the
+method's normalization (``tiresrag``: ``True``/``False`` → ``yes``/``no``, then ARENA's rules) and the
+yes/no rule (two different strings, either one ``yes``, ``no`` or ``noanswer``, score 0). An episode
+without an answer (§8 Q16): ``no_answer: text`` scores the whole completion text as the released code
+does; ``zero`` (the default) scores 0, since the code's way can reward a reply that never answers.
+
+**Reflection reward R^R (§2.4)**, compared between the first and the last answer, ``mode``:
+
+* ``paper`` (Eq. 4, the default): +1 if the first answer is wrong and the last right, −1 the other way,
+  else 0 (one answer or none: 0). "Right" is cover-EM: every gold token occurs in the answer.
+* ``code`` (``answer_reflection_reward.py``): "right" is ``F1 > 0.5`` or cover-EM; one answer scores 0
+  if right and −1 if wrong; several score −1 if the last is wrong, or if both are right and the last
+  has the lower F1, else 0. It never gives +1.
+
+**The annealed weight a_t (§2.6)** is the core schedule ``sigmoid_decay`` (center 0.9, width 10) on the
+auxiliary components' weights, so ``R_sum = R^A + a_t (0.6 R^T + 0.3 R^S + 0.3 R^R)`` (§2.7) is the
+composite reward of the config.
+
+**Advantages (§2.8, §3.1, §3.2)**, the estimator ``tiresrag``:
+
+    A_i  = (R_i − mean_g R) / std_g R                         group z-score of R_sum
+    P_i  = −λ_p · z^A_i · s_T z^T_i · s_S z^S_i   if that product is < 0, else 0
+    A'_i = (A_i − P_i) · W(mean_g R^S)                        W(ρ) = 0.4 + 1.1 / (1 + exp(10 (ρ − 0.75)))
+
+z^A, z^T, z^S are the group z-scores of the raw answer, thinking and sufficiency rewards (population
+std). ``penalty: paper`` uses s_T = s_S = 1 (Eq. 7 with its typo A^T·A^T corrected to A^S·A^T, §8 Q2);
+``penalty: code`` scales them by the components' weights in force, s_T = 0.6 a_t and s_S = 0.3 a_t, as
+``compute_consistency_penalty`` does (0.018 a_t² |z^A z^T z^S| at the paper's weights). A group whose
+R^S or R^T are all equal gets no penalty. ``difficulty: false`` drops W (the code's Reinforce++ path and
+the "w/o difficulty" ablation).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ragrl.algos.advantages import Groups, batch_groups, difficulty_weight, register_advantage
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.methods.search_r1 import SearchR1Protocol, SearchR1ProtocolConfig, search_diagnostics
+from ragrl.methods.tiresrag_judges import judge_parse_failures
+from ragrl.methods.train_config import TrainConfig
+from ragrl.metrics.answer import cover_em, f1
+from ragrl.retrieval.base import Hit
+from ragrl.rewards import build_reward
+from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.trajectory import Action, Trajectory
+
+VARIANT = "tiresrag"
+"""The method's answer normalization (``ragrl.metrics.normalize``)."""
+
+NO_ANSWER_MODES = ("zero", "text")
+REFLECTION_MODES = ("paper", "code")
+PENALTY_MODES = ("paper", "code", "none")
+
+
+# --- the protocol (§1) --------------------------------------------------------------------------------
+
+TIRESRAG_SYSTEM = (
+    "You are a helpful assistant who answers questions. Think the question through inside <think> and "
+    "</think> before any answer, and check every key entity it names (people, places, dates, awards). "
+    "When you are unsure or need outside knowledge, write a query as <search> query </search>; the top "
+    "results come back between <information> and </information>. Read and weigh each new piece of "
+    "information; you may search as often as you need. Follow the evidence strictly. Before answering, "
+    "check that your answer answers the original question exactly, and prefer the most precise span of "
+    "the evidence. Give the final answer inside <answer> and </answer>, for example <answer> Beijing "
+    "</answer>. After your first answer you have one chance to reflect: you may stop there, or go over "
+    "your reasoning and the information again, search again if needed, and then give the answer again "
+    "inside <answer> and </answer>."
+)
+
+
+@dataclass
+class TiresragProtocolConfig(SearchR1ProtocolConfig):
+    system: str | None = TIRESRAG_SYSTEM
+    user: str = "{question}"
+    information_prefix: str = "\n\n<information>\n"
+    information_suffix: str = "</information>\n\n"
+    doc_template: str = "({index}){title} {text}\n"
+    doc_separator: str = ""
+    no_results: str = "None"
+    reflect: bool = True
+    """One more pass after the first answer (training); false stops at the first answer (the code's eval)."""
+    reflection_cue: str = ""
+    """Environment text inserted before the reflection pass (empty: the policy just goes on)."""
+
+
+_LEADING_NUMBER = re.compile(r"^\d+\s+")
+
+
+class TiresragProtocol(SearchR1Protocol):
+    name = "tiresrag"
+
+    def __init__(self, config: TiresragProtocolConfig | None = None) -> None:
+        super().__init__(config or TiresragProtocolConfig())
+
+    def render_doc(self, index: int, hit: Hit) -> str:
+        """``(i)Title text``, a passage's leading number dropped as the code does."""
+        p = hit.passage
+        text = _LEADING_NUMBER.sub("", p.text)
+        return self.config.doc_template.format(
+            index=index, title=p.title, text=text, id=p.id, score=hit.score
+        )
+
+    def fixed_texts(self) -> list[str]:
+        return [TIRESRAG_SYSTEM]
+
+    def after_answer(self, trajectory: Trajectory, action: Action) -> str | None:
+        """The reflection pass: once, after the first answer."""
+        if not self.config.reflect or len(trajectory.answers) > 1:
+            return None
+        return self.config.reflection_cue
+
+
+@dataclass
+class TiresragConfig:
+    method: str = "tiresrag"
+    protocol: TiresragProtocolConfig = field(default_factory=TiresragProtocolConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: list[dict[str, Any]] = field(default_factory=list)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = "tiresrag", overrides: Any = None) -> TiresragConfig:
+        return to_dataclass(cls, load_method_config(name_or_path, overrides))
+
+
+def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
+    """Search counts (Search-R1's), answers per episode, the reflection's transition (by cover-EM of the
+    first and last answer) and the judge's unreadable replies (§7.1 "Logging")."""
+    out = search_diagnostics(trajectory, example)
+    answers = trajectory.answers
+    out["answers"] = float(len(answers))
+    right = (
+        [cover_em(a, example.answers, VARIANT) == 1.0 for a in (answers[0], answers[-1])] if answers else []
+    )
+    reflected = len(answers) > 1
+    out["reflect/none"] = float(not reflected)
+    out["reflect/wrong_to_right"] = float(reflected and not right[0] and right[1])
+    out["reflect/right_to_wrong"] = float(reflected and right[0] and not right[1])
+    out["reflect/unchanged"] = float(reflected and right[0] == right[1])
+    for component, failures in judge_parse_failures([trajectory]).items():
+        out[f"{component}/parse_failures"] = float(failures)
+    return out
+
+
+def build_method(cfg: Any) -> Method:
+    """TIRESRAG-R1 from a loaded config (``ragrl.methods.load_method``)."""
+    config = to_dataclass(TiresragConfig, cfg)
+    if not config.reward:
+        raise RagrlError("reward: TIRESRAG-R1 needs its reward components (see tiresrag.yaml)")
+    return Method(
+        name=config.method,
+        config=config,
+        protocol=TiresragProtocol(config.protocol),
+        rollout=config.rollout,
+        reward=build_reward(config.reward),
+        train=config.train,
+        diagnostics=diagnostics,
+    )
+
+
+# --- R^A: the answer reward (§2.1) --------------------------------------------------------------------
+
+
+def answer_f1(prediction: str, golds: list[str]) -> float:
+    """Token F1 with the method's normalization and the yes/no rule, maximised over the gold answers."""
+    return float(f1(prediction, golds, variant=VARIANT)[0])
+
+
+@register_reward("tiresrag_answer")
+def answer_reward(
+    trajectory: Trajectory, example: Example, ctx: RewardContext, no_answer: str = "zero"
+) -> float:
+    """R^A: F1 of the last ``<answer>``; without one, 0 (``zero``) or the F1 of the whole completion
+    text (``text``, the released code)."""
+    if no_answer not in NO_ANSWER_MODES:
+        raise RagrlError(f"tiresrag_answer.no_answer must be one of {NO_ANSWER_MODES}, got {no_answer!r}")
+    if trajectory.final_answer is not None:
+        return answer_f1(trajectory.final_answer, example.answers)
+    return answer_f1(trajectory.completion_text, example.answers) if no_answer == "text" else 0.0
+
+
+# --- R^R: the reflection reward (§2.4) ----------------------------------------------------------------
+
+
+def reflection_value(answers: list[str], golds: list[str], mode: str = "paper") -> float:
+    """R^R of an episode whose ``<answer>`` bodies are ``answers``, in writing order."""
+    if mode not in REFLECTION_MODES:
+        raise RagrlError(f"tiresrag_reflection.mode must be one of {REFLECTION_MODES}, got {mode!r}")
+    if not answers:
+        return 0.0
+    first, last = answers[0], answers[-1]
+    if mode == "paper":
+        if len(answers) < 2:
+            return 0.0
+        before, after = cover_em(first, golds, VARIANT), cover_em(last, golds, VARIANT)
+        return float(after - before)  # +1 wrong → right, −1 right → wrong, else 0
+
+    def ok(answer: str) -> bool:
+        return answer_f1(answer, golds) > 0.5 or cover_em(answer, golds, VARIANT) == 1.0
+
+    if len(answers) == 1:
+        return 0.0 if ok(first) else -1.0
+    if not ok(last):
+        return -1.0
+    if ok(first) and answer_f1(last, golds) < answer_f1(first, golds):
+        return -1.0
+    return 0.0
+
+
+@register_reward("tiresrag_reflection")
+def reflection_reward(
+    trajectory: Trajectory, example: Example, ctx: RewardContext, mode: str = "paper"
+) -> float:
+    """R^R: did the reflection pass fix a wrong answer (+1) or break a right one (−1)?"""
+    return reflection_value(trajectory.answers, example.answers, mode)
+
+
+# --- advantages: consistency penalty and difficulty weight (§2.8, §3.1, §3.2) ------------------------
+
+
+def _z(x: Tensor, groups: Groups, std: str, eps: float) -> Tensor:
+    """Group z-score; exactly 0 in a group whose values are all equal."""
+    dev = x - groups.mean(x)[groups.inverse]
+    z = dev / (groups.std(x, std)[groups.inverse] + eps)
+    return torch.where(groups.all_equal(x)[groups.inverse], torch.zeros_like(z), z)
+
+
+def consistency_penalty(
+    z_answer: Tensor, z_thinking: Tensor, z_sufficiency: Tensor, *, lam: float = 0.1
+) -> Tensor:
+    """``A^P = −λ_p · zA · zT · zS`` where that product is negative, else 0 (so ``A^P ≥ 0``)."""
+    product = z_answer * z_thinking * z_sufficiency
+    return torch.where(product < 0, -lam * product, torch.zeros_like(product))
+
+
+@register_advantage("tiresrag")
+def tiresrag_advantage(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    components: Mapping[str, Tensor],
+    weights: Mapping[str, float] | None = None,
+    answer: str = "tiresrag_answer",
+    thinking: str = "tiresrag_thinking",
+    sufficiency: str = "tiresrag_sufficiency",
+    penalty: str = "paper",
+    lam: float = 0.1,
+    difficulty: bool = True,
+    weight_a: float = 0.4,
+    weight_b: float = 1.5,
+    rho0: float = 0.75,
+    k: float = 10.0,
+    std: str = "population",
+    eps: float = 1e-8,
+) -> Tensor:
+    """``A' = (A − A^P) · W(mean_g R^S)`` over each group (module docstring). ``answer``, ``thinking``
+    and ``sufficiency`` name the reward components (their reporting keys) the estimator reads."""
+    if penalty not in PENALTY_MODES:
+        raise RagrlError(f"advantage_params.penalty must be one of {PENALTY_MODES}, got {penalty!r}")
+    wanted: dict[str, str] = {}
+    if penalty != "none":
+        wanted.update(answer=answer, thinking=thinking, sufficiency=sufficiency)
+    if difficulty:
+        wanted["sufficiency"] = sufficiency
+    missing = [f"{role}={key!r}" for role, key in wanted.items() if key not in components]
+    if missing:
+        raise RagrlError(
+            f"the tiresrag advantage reads the reward components {', '.join(missing)}, which the reward "
+            f"does not have (it has {', '.join(map(repr, components)) or 'none'})"
+        )
+    r, groups = batch_groups(rewards, group_ids)
+    advantage = _z(r, groups, std, eps)
+    if penalty != "none":
+        z_a = _z(components[answer].to(r), groups, std, eps)
+        z_t = _z(components[thinking].to(r), groups, std, eps)
+        z_s = _z(components[sufficiency].to(r), groups, std, eps)
+        if penalty == "code":
+            if weights is None or thinking not in weights or sufficiency not in weights:
+                raise RagrlError("penalty: code scales by the components' weights in force; none were given")
+            z_t, z_s = weights[thinking] * z_t, weights[sufficiency] * z_s
+        advantage = advantage - consistency_penalty(z_a, z_t, z_s, lam=lam)
+    if difficulty:
+        rho = groups.mean(components[sufficiency].to(r))
+        w = difficulty_weight(rho, a=weight_a, b=weight_b, rho0=rho0, k=k).to(r)
+        advantage = advantage * w[groups.inverse]
+    return advantage

@@ -1,0 +1,133 @@
+"""TIRESRAG-R1's rollout (the insertion format, one reflection pass, the exact loss mask), its packaged
+config, replay of saved text and ``ragrl reward tiresrag``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+from ragrl.data.schema import Example, Passage
+from ragrl.methods import load_method
+from ragrl.methods.tiresrag import TiresragProtocol, TiresragProtocolConfig
+from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.rollout.engine import RolloutConfig, RolloutEngine
+from ragrl.rollout.replay import trajectory_from_completion
+from ragrl.rollout.scripted import ScriptedBackend
+from tests.rollout.test_protocol import tokenizer
+
+EX = Example("q1", "Who founded the lab that built Zorvex?", ["Mira Tolan"])
+PASSAGES = [
+    Passage.make("Zorvex", "12 Zorvex was built by Tolan Labs, founded by Mira Tolan."),
+    Passage.make("Oslo", "Oslo is the capital of Norway."),
+]
+
+
+def engine(turns, protocol=None, max_turns=6):
+    script = iter(turns)
+    return RolloutEngine(
+        ScriptedBackend(tokenizer(), lambda p, i: next(script)),
+        BM25Retriever.build(PASSAGES),
+        protocol or TiresragProtocol(),
+        RolloutConfig(max_turns=max_turns, k=1),
+    )
+
+
+def test_think_retrieve_answer_reflect():
+    turns = [
+        "<think> Who built Zorvex? </think>\n<search> Zorvex built lab </search>",
+        "<think> So Oslo. </think>\n<answer> Oslo </answer>",
+        "<think> Wait: Mira Tolan founded it. </think>\n<answer> Mira Tolan </answer>",
+    ]
+    [traj] = engine(turns).run([EX])
+    assert [(s.kind, s.text) for s in traj.segments] == [
+        ("policy", turns[0]),
+        # the code's insertion: "\n\n<information>\n(1)<passage>\n</information>\n\n", leading number dropped
+        (
+            "env",
+            "\n\n<information>\n(1)Zorvex Zorvex was built by Tolan Labs, founded by Mira Tolan.\n"
+            "</information>\n\n",
+        ),
+        ("policy", turns[1]),
+        ("policy", turns[2]),  # the reflection cue is empty: the policy just goes on
+    ]
+    assert traj.answers == ["Oslo", "Mira Tolan"] and traj.final_answer == "Mira Tolan"
+    assert traj.finish_reason == "answer"
+    policy = [t for s in traj.segments if s.kind == "policy" for t in s.token_ids]
+    assert [t for t, m in zip(traj.completion_ids, traj.loss_mask, strict=True) if m] == policy
+    assert len(traj.loss_mask) == len(traj.completion_ids)
+
+
+def test_one_reflection_only_and_none_when_switched_off():
+    answers = ["<answer> Oslo </answer>", "<answer> Bergen </answer>", "<answer> never </answer>"]
+    [traj] = engine(list(answers)).run([EX])
+    assert traj.answers == ["Oslo", "Bergen"]
+    off = TiresragProtocol(TiresragProtocolConfig(reflect=False))
+    [traj] = engine(list(answers), off).run([EX])
+    assert traj.answers == ["Oslo"] and len(traj.segments) == 1
+
+
+def test_no_results_and_the_cue():
+    protocol = TiresragProtocol(TiresragProtocolConfig(reflection_cue="\nReflect once.\n"))
+    assert protocol.observation(None, []) == "\n\n<information>\nNone</information>\n\n"
+    [traj] = engine(["<answer> Oslo </answer>", "<answer> Mira Tolan </answer>"], protocol).run([EX])
+    assert [s.text for s in traj.segments][1] == "\nReflect once.\n"
+
+
+def test_the_packaged_config_is_the_papers_recipe():
+    method = load_method("tiresrag")
+    assert method.rollout.n == 5 and method.rollout.k == 5 and method.rollout.max_new_tokens == 512
+    g = method.train.grpo
+    assert (g.advantage, g.group_filter, g.group_filter_on) == (
+        "tiresrag",
+        "drop_saturated",
+        "tiresrag_answer",
+    )
+    assert g.kl_coef == 0.0 and method.train.optim.lr == 2e-6 and method.train.steps == 144
+    assert [c["name"] for c in method.config.reward] == [
+        "tiresrag_answer",
+        "tiresrag_thinking",
+        "tiresrag_sufficiency",
+        "tiresrag_reflection",
+    ]
+
+
+COMPLETION = (
+    "<think> Who built Zorvex? </think>\n<search> Zorvex lab </search>\n\n<information>\n(1)Zorvex Zorvex "
+    "was built by Tolan Labs, founded by Mira Tolan.\n</information>\n\n<think> So Oslo. </think>\n<answer> "
+    "Oslo </answer><think> Wait, it says Mira Tolan. </think>\n<answer> Mira Tolan </answer>"
+)
+
+
+def test_replayed_text_keeps_the_reflection():
+    traj = trajectory_from_completion("q1", COMPLETION, TiresragProtocol())
+    assert traj.answers == ["Oslo", "Mira Tolan"] and traj.final_answer == "Mira Tolan"
+    once = trajectory_from_completion(
+        "q1", COMPLETION, TiresragProtocol(TiresragProtocolConfig(reflect=False))
+    )
+    assert once.answers == ["Oslo"] and once.final_answer == "Oslo"
+
+
+def test_reward_cli(tmp_path):
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(
+        json.dumps({"id": "q1", "question": EX.question, "golden_answers": ["Mira Tolan"]}) + "\n"
+    )
+    completions = tmp_path / "c.jsonl"
+    completions.write_text(json.dumps({"id": "q1", "completion": COMPLETION}) + "\n")
+    args = ["reward", "tiresrag", "--completions", str(completions), "--gold", str(gold)]
+    result = CliRunner().invoke(app, [*args, "--step", "143", "--total-steps", "144"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output.splitlines()[0])
+    assert row["id"] == "q1"
+    assert (row["tiresrag_answer"], row["tiresrag_reflection"], row["tiresrag_sufficiency"]) == (
+        1.0,
+        1.0,
+        1.0,
+    )
+    assert row["tiresrag_thinking"] == 1.0  # proxy: searched, and the answer is in the evidence
+    a_t = row["weights"]["tiresrag_reflection"] / 0.3
+    assert a_t == pytest.approx(0.192, abs=5e-4)
+    assert row["total"] == pytest.approx(1.0 + a_t * (0.6 + 0.3 + 0.3))
