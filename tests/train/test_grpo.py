@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -372,3 +373,32 @@ def test_a_tree_rollout_trains_each_node_in_its_level_group(world_dir, tmp_path)
     metrics = trainer.step()
     assert metrics["samples"] == 4 * 8  # 4 questions, 8 nodes each
     assert any(not torch.equal(before[k], v) for k, v in weights(trainer).items())
+
+
+SEEN_WEIGHTS: list[dict] = []
+
+
+def test_an_estimator_that_declares_weights_gets_the_scheduled_ones(world_dir, tmp_path):
+    from ragrl.rewards import build_reward
+
+    if "record_weights_test" not in ADVANTAGES:
+
+        @register_advantage("record_weights_test")
+        def record(rewards, group_ids, *, components, weights):  # noqa: ANN001, ANN202
+            SEEN_WEIGHTS.append({"weights": dict(weights), "components": sorted(components)})
+            return torch.zeros_like(rewards)
+
+    SEEN_WEIGHTS.clear()
+    method = small_method(world_dir, tmp_path / "w", "train.grpo.advantage=record_weights_test")
+    method.reward = build_reward(
+        [
+            {"name": "em", "weight": 1.0},
+            {"name": "distinct_tokens", "weight": 0.6, "schedule": {"name": "sigmoid_decay", "center": 0.9}},
+        ]
+    )
+    GRPOTrainer(method, method.train, eval_examples=[]).step()
+    [seen] = SEEN_WEIGHTS
+    a_t = 1 / (1 + math.exp((1 - 0.9 * 3) / 10))  # step 1 of 3 (t counts from 1, as in the code)
+    assert seen["components"] == ["distinct_tokens", "em"]
+    assert seen["weights"]["em"] == 1.0
+    assert seen["weights"]["distinct_tokens"] == pytest.approx(0.6 * a_t)
