@@ -143,3 +143,21 @@ def test_judged_batch_through_an_openai_endpoint(chat_server):
     assert judge_parse_failures(episodes) == {"tiresrag_sufficiency": 1, "tiresrag_thinking": 1}
     assert episodes[2].metadata["judge"]["tiresrag_thinking"] == {"reply": "great", "parsed": False}
     assert len(chat_server.requests) == 6
+
+
+def test_a_corrective_message_is_not_evidence():
+    # no search, one invalid action: the environment's corrective text holds "no" and "answer"
+    invalid = Trajectory(
+        "q1",
+        [0],
+        segments=[
+            Segment("policy", [1], "I think no."),
+            Segment("env", [2], "\nThat was not a valid action. Write a query or the final answer.\n"),
+            Segment("policy", [3], "<answer> no </answer>"),
+        ],
+        actions=[Action("invalid", error="no tag"), Action("answer", content="no")],
+        final_answer="no",
+    )
+    assert judge_inputs(invalid)["information"] == ""
+    yes_no = Example("q2", "Is Oslo in Sweden?", ["no"])
+    assert proxy_sufficiency(invalid, yes_no) == 0.0 and proxy_thinking(invalid) == 0.0

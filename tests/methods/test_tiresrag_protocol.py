@@ -20,7 +20,7 @@ from tests.rollout.test_protocol import tokenizer
 
 EX = Example("q1", "Who founded the lab that built Zorvex?", ["Mira Tolan"])
 PASSAGES = [
-    Passage.make("Zorvex", "12 Zorvex was built by Tolan Labs, founded by Mira Tolan."),
+    Passage.make("Zorvex", "Zorvex was built by Tolan Labs, founded by Mira Tolan."),
     Passage.make("Oslo", "Oslo is the capital of Norway."),
 ]
 
@@ -44,7 +44,7 @@ def test_think_retrieve_answer_reflect():
     [traj] = engine(turns).run([EX])
     assert [(s.kind, s.text) for s in traj.segments] == [
         ("policy", turns[0]),
-        # the code's insertion: "\n\n<information>\n(1)<passage>\n</information>\n\n", leading number dropped
+        # the code's insertion: "\n\n<information>\n(1)<title> <text>\n</information>\n\n"
         (
             "env",
             "\n\n<information>\n(1)Zorvex Zorvex was built by Tolan Labs, founded by Mira Tolan.\n"
@@ -131,3 +131,13 @@ def test_reward_cli(tmp_path):
     a_t = row["weights"]["tiresrag_reflection"] / 0.3
     assert a_t == pytest.approx(0.192, abs=5e-4)
     assert row["total"] == pytest.approx(1.0 + a_t * (0.6 + 0.3 + 0.3))
+
+
+def test_a_declined_reflection_ends_with_the_answer_live_and_replayed():
+    turns = ["<answer> Mira Tolan </answer>", "<think> That is right. </think>"]
+    [traj] = engine(turns).run([EX])
+    assert [a.kind for a in traj.actions] == ["answer", "reflect"]
+    assert traj.finish_reason == "answer" and traj.final_answer == "Mira Tolan" and traj.num_invalid == 0
+    replayed = trajectory_from_completion("q1", "".join(turns), TiresragProtocol())
+    assert [a.kind for a in replayed.actions] == ["answer", "reflect"]
+    assert replayed.finish_reason == "answer" and replayed.final_answer == "Mira Tolan"

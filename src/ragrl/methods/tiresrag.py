@@ -5,14 +5,17 @@ advantage estimator. The judged rewards R^S and R^T are in ``ragrl.methods.tires
 
 **The rollout (§1.2–1.4)** is Search-R1's loop with the method's prompt and insertion format. The
 instructions go in the system message and the raw question in the user message. A search's passages
-come back as ``\n\n<information>\n(1)Title text\n(2)…</information>\n\n`` (a leading number of a passage
-dropped; ``None`` when nothing is found). After the first ``<answer>``, ``reflect: true`` continues the
-same episode once (``reflection_cue``, empty by default, is inserted first): the policy may think,
-search again and answer again; the last answer is final and every answer is kept for R^R. The
-released code gets the same effect by not stopping at ``</answer>`` during training; it stops there
-at evaluation (§8 Q7), which ``reflect: false`` reproduces. The retrieval cap (8 in the code) is
-``rollout.max_turns`` (searches and answers share it: 10 leaves room for 8 searches, an answer and
-its reflection).
+come back as ``\n\n<information>\n(1)Title text\n(2)…</information>\n\n`` (``None`` when nothing is
+found; the code also drops a leading number from a KILT passage, which our corpora do not have). After
+the first ``<answer>``, ``reflect: true`` continues the same episode once (``reflection_cue``, empty by
+default, is inserted first): the policy may think, search again and answer again; the last answer is
+final and every answer is kept for R^R. The released code gets the same effect by not stopping at
+``</answer>`` during training; it stops there at evaluation (§8 Q7), which ``reflect: false``
+reproduces. A reflection pass that neither searches nor answers again ends the episode with its answer
+(the turn is kept as a ``reflect`` action), as the code ends a segment without a search. The code's
+retrieval cap (8) is approximated by ``rollout.max_turns`` (searches and answers share the turns: 10
+leaves room for 8 searches, an answer and its reflection, but a policy that never answers may search 9
+times). The code's ``<think>`` prefill of the assistant turn is not reproduced: the prompt asks for it.
 
 **Answer reward R^A (§2.1).** Token F1 of the last ``<answer>`` against the gold answers, with the
 method's normalization (``tiresrag``: ``True``/``False`` → ``yes``/``no``, then ARENA's rules) and the
@@ -42,13 +45,12 @@ z^A, z^T, z^S are the group z-scores of the raw answer, thinking and sufficiency
 std). ``penalty: paper`` uses s_T = s_S = 1 (Eq. 7 with its typo A^T·A^T corrected to A^S·A^T, §8 Q2);
 ``penalty: code`` scales them by the components' weights in force, s_T = 0.6 a_t and s_S = 0.3 a_t, as
 ``compute_consistency_penalty`` does (0.018 a_t² |z^A z^T z^S| at the paper's weights). A group whose
-R^S or R^T are all equal gets no penalty. ``difficulty: false`` drops W (the code's Reinforce++ path and
-the "w/o difficulty" ablation).
+R^S or R^T are all equal gets no penalty. ``difficulty: false`` drops W (the "w/o difficulty"
+ablation; the code's Reinforce++ path also drops it, but normalizes differently, §3.6).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +67,6 @@ from ragrl.methods.search_r1 import SearchR1Protocol, SearchR1ProtocolConfig, se
 from ragrl.methods.tiresrag_judges import judge_parse_failures
 from ragrl.methods.train_config import TrainConfig
 from ragrl.metrics.answer import cover_em, f1
-from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.engine import RolloutConfig
@@ -110,22 +111,11 @@ class TiresragProtocolConfig(SearchR1ProtocolConfig):
     """Environment text inserted before the reflection pass (empty: the policy just goes on)."""
 
 
-_LEADING_NUMBER = re.compile(r"^\d+\s+")
-
-
 class TiresragProtocol(SearchR1Protocol):
     name = "tiresrag"
 
     def __init__(self, config: TiresragProtocolConfig | None = None) -> None:
         super().__init__(config or TiresragProtocolConfig())
-
-    def render_doc(self, index: int, hit: Hit) -> str:
-        """``(i)Title text``, a passage's leading number dropped as the code does."""
-        p = hit.passage
-        text = _LEADING_NUMBER.sub("", p.text)
-        return self.config.doc_template.format(
-            index=index, title=p.title, text=text, id=p.id, score=hit.score
-        )
 
     def fixed_texts(self) -> list[str]:
         return [TIRESRAG_SYSTEM]

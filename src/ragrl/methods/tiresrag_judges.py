@@ -104,11 +104,17 @@ def without_answers(text: str) -> str:
 
 
 def judge_inputs(trajectory: Trajectory) -> dict[str, str]:
-    """``context`` (the whole completion without answers), ``information`` (the observations, one per
-    line) and ``thinking`` (the policy's turns without answers, one per line)."""
+    """``context`` (the whole completion without answers), ``information`` (the ``<information>`` blocks
+    of the observations, one per line; a corrective message or a reflection cue is not evidence) and
+    ``thinking`` (the policy's turns without answers, one per line)."""
     return {
         "context": without_answers(trajectory.completion_text),
-        "information": "\n".join(s.text.strip() for s in trajectory.segments if s.kind == "env"),
+        "information": "\n".join(
+            f"<information>{span.content}</information>".strip()
+            for s in trajectory.segments
+            if s.kind == "env"
+            for span in find_spans(s.text, "information")
+        ),
         "thinking": "\n".join(
             without_answers(s.text).strip() for s in trajectory.segments if s.kind == "policy"
         ),

@@ -52,7 +52,7 @@ from ragrl.errors import DataError, RagrlError
 from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import LONG_QUESTION_MODES, check_prompt_length
-from ragrl.rollout.protocol import Protocol
+from ragrl.rollout.protocol import Protocol, squash_ws
 from ragrl.rollout.registry import ROLLOUTS, register_rollout
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
@@ -155,6 +155,8 @@ class _Episode:
     traj: Trajectory
     done: bool = False
     invalid: int = 0
+    reflecting: bool = False
+    """The episode answered and was asked for a reflection pass (``Protocol.after_answer``)."""
     t_generate: float = 0.0
     t_retrieve: float = 0.0
     pending: list[tuple[Action, Segment | None]] = field(default_factory=list)
@@ -315,6 +317,12 @@ class RolloutEngine:
         for (ep, _), (text, finish) in zip(pairs, generated, strict=True):
             action = self.protocol.safe_parse(text, turn)
             action.turn = turn
+            if ep.reflecting and action.kind == "invalid":
+                # a reflection pass that neither searches nor answers again declines to revise: the
+                # episode ends with the answer it gave (the turn is kept as a "reflect" action)
+                ep.traj.actions.append(Action("reflect", content=squash_ws(text), turn=turn))
+                self._finish(ep, "answer", truncated=False, t0=t0)
+                continue
             ep.traj.actions.append(action)
 
             if self.protocol.is_backtrack(action):
@@ -329,6 +337,7 @@ class RolloutEngine:
                 if not fits or finish == "eos":  # no reflection that would not fit whole, or leave no room
                     self._finish(ep, "answer", truncated=False, t0=t0)
                 else:  # one more pass in the same episode (a reflection): its answer, if any, is final
+                    ep.reflecting = True
                     self._append_obs(ep, again, t0)
                 continue
             if finish == "eos":

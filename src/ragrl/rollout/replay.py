@@ -17,8 +17,8 @@ from pathlib import Path
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
 from ragrl.rollout.engine import trajectory_from_record
-from ragrl.rollout.protocol import Protocol
-from ragrl.rollout.trajectory import Segment, Trajectory
+from ragrl.rollout.protocol import Protocol, squash_ws
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 
 def trajectory_from_completion(example_id: str, completion: str, protocol: Protocol) -> Trajectory:
@@ -33,7 +33,7 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
         position = end
     pieces.append(("policy", completion[position:]))
 
-    turn, ended = 0, False
+    turn, ended, reflecting = 0, False, False
     for kind, text in pieces:
         if ended:
             break
@@ -45,6 +45,10 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
             if not turn_text.strip():
                 continue  # whitespace between observations is not a turn
             action = protocol.safe_parse(turn_text, turn)
+            if reflecting and action.kind == "invalid":  # a declined reflection ends it (as live)
+                traj.actions.append(Action("reflect", content=squash_ws(turn_text), turn=turn))
+                ended = True
+                break
             traj.actions.append(action)
             turn += 1
             if protocol.is_final(action):
@@ -53,6 +57,7 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
                 if protocol.after_answer(traj, action) is None:
                     ended = True
                     break
+                reflecting = True
     traj.finish_reason = "no_answer" if traj.final_answer is None else "answer"
     return traj
 
