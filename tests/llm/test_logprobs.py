@@ -281,3 +281,17 @@ def test_models_without_boolean_logits_to_keep_get_full_logits_zeroed_off_the_ma
         torch.testing.assert_close(got[keep], want[keep])
         assert got[~keep].abs().sum() == 0
     assert lp_mod._accepts_boolean_logits_to_keep(wrapper) is False  # remembered: one wasted forward only
+
+
+def test_cache_keyword_follows_the_forward_signature():
+    from ragrl.llm.logprobs import cache_keyword
+
+    class New(torch.nn.Module):  # transformers >= 5.24
+        def forward(self, input_ids=None, cache=None, use_cache=None):  # noqa: ANN001, ANN202
+            return input_ids
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):  # noqa: ANN001, ANN202
+            return input_ids
+
+    assert cache_keyword(New()) == "cache" and cache_keyword(Old()) == "past_key_values"

@@ -32,7 +32,7 @@ import torch
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.kv_cache import PrefixCache, new_cache
-from ragrl.llm.logprobs import accepts_logits_to_keep, pad_batch, position_ids_from_mask
+from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
 
 __all__ = ["TransformersBackend", "resolve_device", "resolve_dtype"]
 
@@ -288,17 +288,18 @@ class TransformersBackend:
         active = list(range(n))  # rows of the current (possibly pruned) batch -> sequence index
         can_prune = self.prune_finished
         extra: dict[str, Any] = {"logits_to_keep": 1} if accepts_logits_to_keep(self.model) else {}
+        cache_key = cache_keyword(self.model)
 
         for step in range(params.max_new_tokens):
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=cache,
                 use_cache=True,
+                **{cache_key: cache},
                 **extra,
             )
-            cache = out.past_key_values
+            cache = out[cache_key]
             logits = out.logits[:, -1, :].float()
             tokens, lps = self._pick(logits, params, [generators[i] for i in active], greedy)
             tok_list = tokens.tolist()

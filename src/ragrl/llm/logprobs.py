@@ -135,6 +135,16 @@ def selective_log_softmax(
     return _SelectiveLogSoftmax.apply(logits, index.long(), float(temperature))
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The name ``model.forward`` takes the KV cache under: ``cache`` (transformers 5.24 renamed it, and
+    warns on the old name) or ``past_key_values``. The output field has the same name."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
 def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     """Whether ``model.forward`` takes ``logits_to_keep`` (cached on the model)."""
     cached = getattr(model, "_ragrl_logits_to_keep", None)
