@@ -59,7 +59,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ragrl.algos.advantages import Groups, batch_groups, difficulty_weight, register_advantage
+from ragrl.algos.advantages import batch_groups, difficulty_weight, grpo, register_advantage
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
@@ -235,13 +235,6 @@ def reflection_reward(
 # --- advantages: consistency penalty and difficulty weight (§2.8, §3.1, §3.2) ------------------------
 
 
-def _z(x: Tensor, groups: Groups, std: str, eps: float) -> Tensor:
-    """Group z-score; exactly 0 in a group whose values are all equal."""
-    dev = x - groups.mean(x)[groups.inverse]
-    z = dev / (groups.std(x, std)[groups.inverse] + eps)
-    return torch.where(groups.all_equal(x)[groups.inverse], torch.zeros_like(z), z)
-
-
 def consistency_penalty(
     z_answer: Tensor, z_thinking: Tensor, z_sufficiency: Tensor, *, lam: float = 0.1
 ) -> Tensor:
@@ -286,11 +279,13 @@ def tiresrag_advantage(
             f"does not have (it has {', '.join(map(repr, components)) or 'none'})"
         )
     r, groups = batch_groups(rewards, group_ids)
-    advantage = _z(r, groups, std, eps)
+
+    def z(x: Tensor) -> Tensor:  # the group z-score (exactly 0 in a group of equal values)
+        return grpo(x.to(r), group_ids, std=std, eps=eps)
+
+    advantage = z(r)
     if penalty != "none":
-        z_a = _z(components[answer].to(r), groups, std, eps)
-        z_t = _z(components[thinking].to(r), groups, std, eps)
-        z_s = _z(components[sufficiency].to(r), groups, std, eps)
+        z_a, z_t, z_s = z(components[answer]), z(components[thinking]), z(components[sufficiency])
         if penalty == "code":
             if weights is None or thinking not in weights or sufficiency not in weights:
                 raise RagrlError("penalty: code scales by the components' weights in force; none were given")

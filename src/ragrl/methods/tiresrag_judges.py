@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.metrics.answer import cover_em
-from ragrl.metrics.judge_clients import JudgeClient, make_judge, snippet
+from ragrl.metrics.judge_clients import JudgeClient, complete_all, make_judge, snippet
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.protocol import find_spans
 from ragrl.rollout.trajectory import Trajectory
@@ -103,18 +103,23 @@ def without_answers(text: str) -> str:
     return "".join(out)
 
 
+def evidence(trajectory: Trajectory) -> str:
+    """The ``<information>`` blocks of the observations, one per line (a corrective message or a
+    reflection cue is not evidence)."""
+    return "\n".join(
+        f"<information>{span.content}</information>".strip()
+        for s in trajectory.segments
+        if s.kind == "env"
+        for span in find_spans(s.text, "information")
+    )
+
+
 def judge_inputs(trajectory: Trajectory) -> dict[str, str]:
-    """``context`` (the whole completion without answers), ``information`` (the ``<information>`` blocks
-    of the observations, one per line; a corrective message or a reflection cue is not evidence) and
+    """``context`` (the whole completion without answers), ``information`` (``evidence``) and
     ``thinking`` (the policy's turns without answers, one per line)."""
     return {
         "context": without_answers(trajectory.completion_text),
-        "information": "\n".join(
-            f"<information>{span.content}</information>".strip()
-            for s in trajectory.segments
-            if s.kind == "env"
-            for span in find_spans(s.text, "information")
-        ),
+        "information": evidence(trajectory),
         "thinking": "\n".join(
             without_answers(s.text).strip() for s in trajectory.segments if s.kind == "policy"
         ),
@@ -152,14 +157,14 @@ def parse_thinking(reply: str) -> float | None:
 
 def proxy_sufficiency(trajectory: Trajectory, example: Example) -> float:
     """1 when some gold answer's tokens all occur in the retrieved text, else 0."""
-    information = judge_inputs(trajectory)["information"]
+    information = evidence(trajectory)
     return float(bool(information) and cover_em(information, example.answers, "tiresrag") == 1.0)
 
 
 def proxy_thinking(trajectory: Trajectory) -> float:
     """Mean of: searched before answering; the final answer is grounded in the retrieved text."""
     searched = any(a.kind == "search" for a in trajectory.actions)
-    information = judge_inputs(trajectory)["information"]
+    information = evidence(trajectory)
     answer = trajectory.final_answer
     grounded = bool(answer and answer.strip() and information) and (
         cover_em(information, [answer], "tiresrag") == 1.0
@@ -187,17 +192,22 @@ def _judge_spec(judge: dict[str, Any] | None, component: str) -> dict[str, Any] 
     return spec
 
 
-def _ask(
+def _judged(
+    component: str,
     spec: dict[str, Any],
-    requests: Sequence[list[dict[str, str]]],
-) -> list[str]:
-    client = _client(json.dumps(spec, sort_keys=True))
-    batch = getattr(client, "complete_batch", None)
-    return list(batch(requests)) if batch is not None else [client.complete(m) for m in requests]
-
-
-def _record(trajectory: Trajectory, component: str, reply: str, parsed: bool) -> None:
-    trajectory.metadata.setdefault("judge", {})[component] = {"reply": snippet(reply), "parsed": parsed}
+    trajectories: Sequence[Trajectory],
+    requests: list[list[dict[str, str]]],
+    parse: Callable[[str], float | None],
+) -> list[float]:
+    """The judge's replies to ``requests`` (one batch), read with ``parse``: an unreadable reply scores
+    0. Each reply is kept on its trajectory with whether it parsed."""
+    replies = complete_all(_client(json.dumps(spec, sort_keys=True)), requests)
+    values = []
+    for t, reply in zip(trajectories, replies, strict=True):
+        value = parse(reply)
+        t.metadata.setdefault("judge", {})[component] = {"reply": snippet(reply), "parsed": value is not None}
+        values.append(0.0 if value is None else value)
+    return values
 
 
 @register_reward("tiresrag_sufficiency", batched=True)
@@ -227,12 +237,7 @@ def sufficiency_reward(
         ]
         for t, e in zip(trajectories, examples, strict=True)
     ]
-    values = []
-    for t, reply in zip(trajectories, _ask(spec, requests), strict=True):
-        value = parse_sufficiency(reply)
-        _record(t, "tiresrag_sufficiency", reply, value is not None)
-        values.append(0.0 if value is None else value)
-    return values
+    return _judged("tiresrag_sufficiency", spec, trajectories, requests, parse_sufficiency)
 
 
 @register_reward("tiresrag_thinking", batched=True)
@@ -255,12 +260,7 @@ def thinking_reward(
             information=seen["information"], question=e.question, thinking=seen["thinking"]
         )
         requests.append([{"role": "system", "content": system}, {"role": "user", "content": user}])
-    values = []
-    for t, reply in zip(trajectories, _ask(spec, requests), strict=True):
-        value = parse_thinking(reply)
-        _record(t, "tiresrag_thinking", reply, value is not None)
-        values.append(0.0 if value is None else value)
-    return values
+    return _judged("tiresrag_thinking", spec, trajectories, requests, parse_thinking)
 
 
 def judge_parse_failures(trajectories: Sequence[Trajectory]) -> dict[str, int]:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 
 from ragrl.errors import RagrlError
-from ragrl.metrics.judge_clients import JudgeClient, snippet
+from ragrl.metrics.judge_clients import JudgeClient, complete_all, snippet
 
 __all__ = [
     "JUDGE_SYSTEM",
@@ -211,16 +211,7 @@ def judge_answers(
         prompts.append(prompt)
         if (cache is None or prompt not in cache) and prompt not in todo:
             todo[prompt] = messages
-    batch_fn = getattr(client, "complete_batch", None)
-    if callable(batch_fn) and todo:
-        replies = list(batch_fn(list(todo.values())))
-        if len(replies) != len(todo):
-            raise RagrlError(
-                f"judge {client!r}: complete_batch returned {len(replies)} replies for {len(todo)} prompts"
-            )
-    else:
-        replies = [client.complete(messages) for messages in todo.values()]
-    fresh = dict(zip(todo, replies, strict=True))
+    fresh = dict(zip(todo, complete_all(client, list(todo.values())) if todo else [], strict=True))
     if cache is not None:
         cache.update(fresh)
     scores = []

@@ -315,6 +315,16 @@ def make_judge(spec: Mapping[str, Any]) -> JudgeClient:
     return CachedJudge(judge, cache) if cache else judge
 
 
+def complete_all(client: JudgeClient, batch: Sequence[list[dict[str, str]]]) -> list[str]:
+    """One reply per message list, in order: one ``complete_batch`` call when the client has one
+    (``LocalJudge``, ``OpenAIJudge``, ``CachedJudge``), else one ``complete`` call each."""
+    batch_fn = getattr(client, "complete_batch", None)
+    replies = list(batch_fn(batch)) if callable(batch_fn) else [client.complete(list(m)) for m in batch]
+    if len(replies) != len(batch):
+        raise RagrlError(f"judge {client!r} returned {len(replies)} replies for {len(batch)} requests")
+    return replies
+
+
 class CachedJudge:
     """A judge client behind a cache: a request seen before is answered from it, the rest go to the
     client in one ``complete_batch`` (or one ``complete`` each when it has none).
@@ -368,18 +378,7 @@ class CachedJudge:
             self.misses += len(todo)
             self.hits += len(keys) - len(todo)
         if todo:
-            batch_fn = getattr(self.client, "complete_batch", None)
-            messages = list(todo.values())
-            replies = (
-                list(batch_fn(messages))
-                if callable(batch_fn)
-                else [self.client.complete(m) for m in messages]
-            )
-            if len(replies) != len(todo):
-                raise RagrlError(
-                    f"judge {self.client!r} returned {len(replies)} replies for {len(todo)} requests"
-                )
-            self._store(dict(zip(todo, replies, strict=True)))
+            self._store(dict(zip(todo, complete_all(self.client, list(todo.values())), strict=True)))
         return [self._replies[k] for k in keys]
 
     def _store(self, fresh: dict[str, str]) -> None:

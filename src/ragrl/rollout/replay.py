@@ -3,11 +3,11 @@
 A completion is the generated text after the prompt, observations included. The protocol says where
 the environment's text is (``Protocol.env_spans``); everything else is policy text, split into turns
 at those spans and, as a backend would have stopped, right after the first stop string of a turn;
-each turn is parsed as during the rollout, and an episode ends at its final action (unless the protocol's
-``after_answer`` asks for a reflection pass, which goes on with the text after it). Token ids are
-not available from
-text, so segments carry none; search actions carry no retrieved ids. Rewards that read only text,
-actions and the final answer score such a trajectory exactly as the live one.
+each turn is parsed as during the rollout, and an episode ends at its final action (unless the
+protocol's ``after_answer`` asks for a reflection pass, which goes on with the text after it). Token
+ids are not available from text, so segments carry none; search actions carry no retrieved ids.
+Rewards that read only text, actions and the final answer score such a trajectory exactly as the live
+one.
 """
 
 from __future__ import annotations
