@@ -4,6 +4,7 @@ config, replay of saved text and ``ragrl reward tiresrag``."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -128,9 +129,12 @@ def test_reward_cli(tmp_path):
         1.0,
     )
     assert row["tiresrag_thinking"] == 1.0  # proxy: searched, and the answer is in the evidence
-    a_t = row["weights"]["tiresrag_reflection"] / 0.3
+    a_t = row["a_t"]  # the labelled schedule's multiplier, §2.6 table at t = 144
     assert a_t == pytest.approx(0.192, abs=5e-4)
+    assert row["weights"]["tiresrag_reflection"] == pytest.approx(0.3 * a_t)
     assert row["total"] == pytest.approx(1.0 + a_t * (0.6 + 0.3 + 0.3))
+    early = CliRunner().invoke(app, [*args, "--step", "0", "--total-steps", "144"])  # t = 1
+    assert json.loads(early.output.splitlines()[0])["a_t"] == pytest.approx(1 / (1 + math.exp(-12.86)))
 
 
 def test_a_declined_reflection_ends_with_the_answer_live_and_replayed():

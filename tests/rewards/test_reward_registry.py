@@ -100,6 +100,22 @@ def test_a_scheduled_weight_changes_with_training_progress():
         build_reward([{"name": "em", "schedule": {"name": "nope"}}])
 
 
+def test_a_labelled_schedule_reports_its_multiplier_and_one_label_means_one_schedule():
+    a_t = {"name": "sigmoid_decay", "center": 0.9, "width": 10, "label": "a_t"}
+    reward = build_reward([{"name": "em"}, {"name": "f1", "weight": 0.6, "schedule": a_t}])
+    assert reward.describe()[1]["schedule"]["label"] == "a_t"
+    late = reward(_traj("Tolan"), EX, RewardContext(step=143, total_steps=144))
+    assert late.factors == {"a_t": pytest.approx(0.192, abs=5e-4)}
+    assert late.weights["f1"] == pytest.approx(0.6 * late.factors["a_t"])
+    assert reward(_traj("Tolan"), EX).factors == {"a_t": 1.0}  # outside training
+    assert build_reward([{"name": "em"}]).factors(RewardContext()) == {}
+    other = {**a_t, "center": 0.5}
+    with pytest.raises(RagrlError, match="the schedule label 'a_t' names two different schedules"):
+        build_reward([{"name": "em", "schedule": a_t}, {"name": "f1", "schedule": other}])
+    with pytest.raises(RagrlError, match="label must be a non-empty string"):
+        build_reward([{"name": "em", "schedule": {"name": "constant", "label": ""}}])
+
+
 @register_reward("test_searched_per_step", per_step=True)
 def searched_per_step(trajectory, example, ctx):
     """1 for every step that searched, 0 otherwise (one value per policy turn)."""

@@ -321,7 +321,8 @@ def reward_command(
     ] = 0,
 ) -> None:
     """Re-score saved completions or trajectories with a method's reward: one JSON object per example
-    (id, every component, the weights when a schedule changes them, total), then the means. With
+    (id, every component, the weights when a schedule changes them, each labelled schedule's multiplier
+    such as TIRESRAG's a_t, total), then the means. With
     per-step components: one object per step (id, t, each per-step component, the weights, R_t) and one
     per episode (id, component sums, return). The whole file is scored as one batch (a batched
     component, such as an LLM judge, sees every episode)."""
@@ -360,7 +361,8 @@ def reward_command(
             typer.echo(json.dumps({"id": ex_id, **result.components, "return": result.total}))
             continue
         weights = {"weights": result.weights} if method_obj.reward.scheduled else {}
-        typer.echo(json.dumps({"id": ex_id, **result.components, **weights, "total": result.total}))
+        row = {"id": ex_id, **result.components, **weights, **result.factors, "total": result.total}
+        typer.echo(json.dumps(row))
     if unknown:
         console.print(f"warning: {len(unknown)} ids are not in {gold}, first: {', '.join(unknown[:5])}")
     if not totals:

@@ -182,9 +182,11 @@ def import_all_methods() -> None:
 def vocabulary_texts() -> list[str]:
     """The words a policy trained here must be able to write and read, for a tokenizer trained from
     scratch (``ragrl.llm.tiny.create_tiny_policy(..., extra_texts=vocabulary_texts())``): every string
-    in the packaged method configs (prompt templates, observation and corrective texts), each method
-    protocol's built-in wording (``Protocol.fixed_texts``), and the phrases the synthetic world's
-    demonstrators write (what a warm start on demonstrations teaches)."""
+    in the ``protocol`` sections of the packaged method configs (prompt templates, observation and
+    corrective texts), each method protocol's built-in wording (``Protocol.fixed_texts``), and the
+    phrases the synthetic world's demonstrators write (what a warm start on demonstrations teaches).
+    The rest of a config (reward names, paths, labels) is not text the policy reads or writes: leaving
+    it out keeps the tokenizer, and so every tiny run, unchanged when such a setting changes."""
     from ragrl.synth.demonstrators import demonstrator_texts
 
     texts: list[str] = []
@@ -200,7 +202,7 @@ def vocabulary_texts() -> list[str]:
                 walk(value)
 
     for name in available_methods():
-        walk(OmegaConf.to_container(load_method_config(name)))
+        walk(OmegaConf.to_container(load_method_config(name)).get("protocol", {}))
         texts.extend(load_method(name).protocol.fixed_texts())
     return [*texts, *demonstrator_texts()]
 

@@ -175,6 +175,8 @@ class RewardResult:
     """Per-step components' raw values, step by step (``components`` holds their sums)."""
     step_weights: dict[str, list[float]] = field(default_factory=dict)
     """Every component's weight at each step (per-step runs only)."""
+    factors: dict[str, float] = field(default_factory=dict)
+    """Each labelled schedule's multiplier at this training step (``{"a_t": 0.98}``)."""
 
 
 class CompositeReward:
@@ -184,6 +186,22 @@ class CompositeReward:
         if not components:
             raise RagrlError("a reward needs at least one component")
         self.components = list(components)
+        labelled: dict[str, Schedule] = {}
+        for c in self.components:
+            if c.schedule is None or c.schedule.label is None:
+                continue
+            other = labelled.setdefault(c.schedule.label, c.schedule)
+            if (other.name, dict(other.params)) != (c.schedule.name, dict(c.schedule.params)):
+                raise RagrlError(
+                    f"reward {c.key!r}: the schedule label {c.schedule.label!r} names two different "
+                    f"schedules ({other.describe()} and {c.schedule.describe()})"
+                )
+        self.labelled = labelled
+        """Each schedule label and its schedule."""
+
+    def factors(self, ctx: RewardContext) -> dict[str, float]:
+        """Each labelled schedule's multiplier at ``ctx``'s training step."""
+        return {label: s(ctx.step, ctx.total_steps) for label, s in self.labelled.items()}
 
     def __call__(
         self, trajectory: Trajectory, example: Example, ctx: RewardContext | None = None
@@ -205,6 +223,7 @@ class CompositeReward:
                 f"{len(trajectories)} episodes but {len(examples)} examples to score them against"
             )
         weights = {c.key: c.weight_at(ctx) for c in self.components}
+        factors = self.factors(ctx)
         columns = {c.key: c.values(trajectories, examples, ctx) for c in self.components}
         results = []
         for i, example in enumerate(examples):
@@ -214,6 +233,7 @@ class CompositeReward:
             else:
                 total = sum(weights[key] * v for key, v in values.items())
                 results.append(RewardResult(total, values, dict(weights)))
+            results[-1].factors = dict(factors)
         return results
 
     def _per_step_result(

@@ -11,7 +11,10 @@ scheduled reward evaluates with its written weights.
   then falling; spec §2.6).
 * ``linear`` (``start``, ``end``): from ``start`` at t = 1 to ``end`` at t = T.
 
-In YAML: ``{name: f1, weight: 0.6, schedule: {name: sigmoid_decay, center: 0.9, width: 10}}``.
+In YAML: ``{name: f1, weight: 0.6, schedule: {name: sigmoid_decay, center: 0.9, width: 10}}``. An
+optional ``label`` names the multiplier in outputs: ``label: a_t`` makes ``ragrl reward`` print
+``"a_t": ...`` on every line and the trainer log ``schedule/a_t`` every step. Components that share a
+label must share the schedule (one number per label).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def linear(t: float, total: int, start: float = 1.0, end: float = 0.0) -> float:
 class Schedule:
     name: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    label: str | None = None
+    """The multiplier's name in outputs (``a_t``); None: not reported on its own."""
 
     def __call__(self, step: int, total_steps: int) -> float:
         """The multiplier at ``step`` (0-based count of completed steps) of ``total_steps``."""
@@ -59,7 +64,7 @@ class Schedule:
         return float(SCHEDULES.get(self.name)(step + 1, total_steps, **self.params))
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **dict(self.params)}
+        return {"name": self.name, **dict(self.params), **({"label": self.label} if self.label else {})}
 
 
 def build_schedule(spec: Any) -> Schedule:
@@ -68,10 +73,13 @@ def build_schedule(spec: Any) -> Schedule:
         spec = {"name": spec}
     if not isinstance(spec, Mapping) or "name" not in spec:
         raise RagrlError(f"a schedule is a mapping with a 'name', got {spec!r}")
-    params = {k: v for k, v in spec.items() if k != "name"}
+    params = {k: v for k, v in spec.items() if k not in ("name", "label")}
+    label = spec.get("label")
+    if label is not None and (not isinstance(label, str) or not label):
+        raise RagrlError(f"schedule {spec['name']!r}: label must be a non-empty string, got {label!r}")
     fn = SCHEDULES.get(str(spec["name"]))
     accepted = [p for p in inspect.signature(fn).parameters if p not in ("t", "total")]
     for key in params:
         if key not in accepted:
             raise RagrlError(f"schedule {spec['name']!r}: unknown parameter {key!r}; it takes {accepted}")
-    return Schedule(str(spec["name"]), params)
+    return Schedule(str(spec["name"]), params, label)

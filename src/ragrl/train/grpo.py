@@ -356,6 +356,7 @@ class GRPOTrainer(Trainer):
             out[f"reward/{key}"] = _avg(rows, f"reward/{key}")
         if self.method.reward.scheduled and results:  # the weights in force at this step
             out.update({f"reward_weight/{k}": w for k, w in results[0].weights.items()})
+            out.update({f"schedule/{label}": f for label, f in results[0].factors.items()})
         out.update(
             group_reward_std=groups["reward_std_in_group"],
             zero_variance_frac=groups["zero_variance_share"],
