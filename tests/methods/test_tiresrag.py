@@ -10,7 +10,7 @@ import torch
 from ragrl.algos.advantages import compute_advantages, difficulty_weight
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag import answer_reward, consistency_penalty, reflection_value
+from ragrl.methods.tiresrag import advantage_terms, answer_reward, consistency_penalty, reflection_value
 from ragrl.rewards import RewardContext, build_reward
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
@@ -230,3 +230,41 @@ def test_r_sum_with_annealed_auxiliary_weights():
     a_t = late.weights["tiresrag_reflection"] / 0.3
     assert a_t == pytest.approx(0.192, abs=5e-4)  # §2.6 table, t = 144
     assert late.total == pytest.approx(1.0 + a_t * (0.6 * 0.7 + 0.3 + 0.3))
+
+
+# --- the Reinforce++ variant (§3.6) ---------------------------------------------------------------------
+
+
+def test_reinforce_pp_centres_by_group_subtracts_the_penalty_and_whitens_the_batch():
+    ids = torch.tensor([0] * 5 + [1] * 5)
+    rs_easy = [1.0, 1.0, 1.0, 1.0, 0.0]
+    comps = {k: torch.cat([v, components(rs=rs_easy)[k]]) for k, v in components().items()}
+    rewards = torch.cat([r_sum(), r_sum(rs=rs_easy)])
+    got = compute_advantages(
+        "tiresrag", rewards, ids, components=comps, baseline="reinforce_pp", difficulty=False
+    )
+    parts = []
+    for rs in (RS, rs_easy):  # the code's reinforce_baseline: r - mean_g, minus the penalty (no W) ...
+        r = r_sum(rs=rs).numpy()
+        parts.append(r - r.mean() - numpy_advantage(RA, RT, rs)[1])
+    c = np.concatenate(parts)
+    want = (c - c.mean()) / (c.std() + 1e-8)  # ... then whitened over the whole batch
+    assert got.tolist() == pytest.approx(want.tolist(), abs=1e-9)
+    assert float(got.mean()) == pytest.approx(0.0, abs=1e-9) and float(
+        got.std(correction=0)
+    ) == pytest.approx(1.0)
+    with pytest.raises(RagrlError, match="baseline must be one of"):
+        compute_advantages("tiresrag", rewards, ids, components=comps, baseline="ppo")
+    with pytest.raises(RagrlError, match=r"takes no \['lambda'\]"):
+        compute_advantages("tiresrag", rewards, ids, components=comps, **{"lambda": 0.2})
+
+
+def test_the_advantage_terms_expose_the_penalty_and_the_weight_it_used():
+    ids = torch.zeros(5, dtype=torch.long)
+    terms = advantage_terms(r_sum(), ids, components=components())
+    want, penalty = numpy_advantage(RA, RT, RS)
+    assert terms["advantage"].tolist() == pytest.approx(want.tolist(), abs=1e-9)
+    assert terms["penalty"].tolist() == pytest.approx(penalty.tolist(), abs=1e-9)
+    assert terms["weight"].tolist() == pytest.approx([float(difficulty_weight(0.6))] * 5)
+    off = advantage_terms(r_sum(), ids, components=components(), penalty="none", difficulty=False)
+    assert off["penalty"].abs().max() == 0 and off["weight"].tolist() == [1.0] * 5

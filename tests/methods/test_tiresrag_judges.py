@@ -106,7 +106,7 @@ def test_offline_proxy():
         thinking_reward([episode()], [EX], ctx, judge={"kind": "proxy", "model": "x"})
 
 
-def reply(text: str) -> tuple[int, dict]:
+def reply(text: str | None) -> tuple[int, dict]:
     return 200, {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -135,6 +135,10 @@ def test_judged_batch_through_an_openai_endpoint(chat_server):
 
     chat_server.script = [reply("0.8"), reply("<think>meh</think> 0.2"), reply("great")]
     assert thinking_reward(episodes, [EX] * 3, RewardContext(), judge=judge) == [0.8, 0.2, 0.0]
+    nothing = [episode()]  # a reply without text (content: null) is unreadable too, not an error
+    chat_server.script = [reply(None)]
+    assert thinking_reward(nothing, [EX], RewardContext(), judge=judge) == [0.0]
+    assert judge_parse_failures(nothing) == {"tiresrag_thinking": 1}
     user = chat_server.requests[3]["body"]["messages"][1]["content"]
     assert user.startswith(
         f"INPUT:\n### CONTEXT\n{INFO}\n### QUESTION\n{EX.question}\n### MODEL THINKING PROCESS\n"
@@ -142,7 +146,7 @@ def test_judged_batch_through_an_openai_endpoint(chat_server):
     assert "### ANSWER" not in user  # the thinking judge never sees the gold answer
     assert judge_parse_failures(episodes) == {"tiresrag_sufficiency": 1, "tiresrag_thinking": 1}
     assert episodes[2].metadata["judge"]["tiresrag_thinking"] == {"reply": "great", "parsed": False}
-    assert len(chat_server.requests) == 6
+    assert len(chat_server.requests) == 7
 
 
 def test_a_corrective_message_is_not_evidence():

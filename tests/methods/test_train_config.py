@@ -112,6 +112,30 @@ def test_clip_ranges_that_cannot_clip_are_refused(override) -> None:
         load_method("search_r1-tiny", [override])
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.grpo.group_filter_params.lo=0.2"], r"group_filter_params: drop_zero_variance takes no 'lo' "
+         r"\(it takes tol, keep_singletons\)"),
+        (["train.grpo.advantage_params.std=sample", "train.grpo.advantage_params.stdev=1"],
+         r"advantage_params: grpo takes no 'stdev' \(it takes std, eps\)"),
+        (["train.grpo.kl=k3", "train.grpo.kl_params.clip=1"], r"kl_params: k3 takes no 'clip'"),
+    ],
+)  # fmt: skip
+def test_a_parameter_the_registered_function_does_not_take_fails_when_the_config_loads(
+    overrides, message
+) -> None:
+    with pytest.raises(RagrlError, match=message):
+        load_method("search_r1-tiny", overrides)
+
+
+def test_a_method_estimators_parameters_are_checked_too() -> None:
+    """TIRESRAG's estimator takes its parameters through advantage_terms: still checked at load."""
+    with pytest.raises(RagrlError, match=r"tiresrag_advantage takes no 'lamda' \(it takes answer, .*lam,"):
+        load_method("tiresrag-tiny", ["train.grpo.advantage_params.lamda=0.2"])
+    load_method("tiresrag-tiny", ["train.grpo.advantage_params.baseline=reinforce_pp"])
+
+
 def test_unknown_key_is_an_error_naming_it() -> None:
     with pytest.raises(RagrlError, match="train.grpo.nope"):
         load_method("search_r1-tiny", ["train.grpo.nope=1"])

@@ -129,8 +129,10 @@ def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path):
 
     init = load_file(world_dir / "model" / "model.safetensors")
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4  # the update did move the weights
+    # Adam's first step is about lr·g/(|g| + eps): where a gradient is near eps (1e-8), the reduction
+    # order of two processes moves that weight by a few 1e-6 (the step itself is lr = 1e-3)
     for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=5e-6)
 
 
 def test_two_processes_refill_and_train_stepwise_samples_in_step(world_dir, tmp_path):

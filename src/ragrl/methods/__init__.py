@@ -132,6 +132,12 @@ class Method:
     (for example ARENA's citation audit). Evaluation reports their means (and keeps them per row); the
     GRPO trainer logs their means every step."""
 
+    step_diagnostics: Any = None
+    """Optional ``fn(trajectories, examples, results) -> {name: float}``: measurements over one training
+    step's episodes together (the groups are ``trajectory.metadata["group"]``, ``results`` the
+    ``RewardResult`` of each): what only a whole group shows, such as TIRESRAG's saturated-group shares
+    and its advantage weights. The GRPO trainer logs them every step."""
+
     oracle: Any = None
     """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this
     method's protocol, for SFT warm starts (``ragrl sft --demos oracle``); None: the synthetic world's
@@ -161,6 +167,12 @@ class Method:
         if report.cut:
             console.print(f"warning: {report.summary(where, self.rollout.max_question_chars)}")
         return list(examples) if self.prepare is None else list(self.prepare(list(examples), where))
+
+    def diagnose_step(self, trajectories: Any, examples: Any, results: Any) -> dict[str, float]:
+        """The method's diagnostics of one training step's episodes (empty when it declares none)."""
+        if self.step_diagnostics is None:
+            return {}
+        return {k: float(v) for k, v in self.step_diagnostics(trajectories, examples, results).items()}
 
     def diagnose(self, trajectory: Any, example: Any) -> dict[str, float]:
         """The method's diagnostics of one trajectory (empty when it declares none)."""

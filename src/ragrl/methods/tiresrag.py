@@ -51,7 +51,9 @@ ablation; the code's Reinforce++ path also drops it, but normalizes differently,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,18 +61,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ragrl.algos.advantages import batch_groups, difficulty_weight, grpo, register_advantage
+from ragrl.algos.advantages import batch_groups, difficulty_weight, grpo, grpo_mean_only, register_advantage
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.search_r1 import SearchR1Protocol, SearchR1ProtocolConfig, search_diagnostics
 from ragrl.methods.tiresrag_judges import judge_parse_failures
-from ragrl.methods.train_config import TrainConfig
+from ragrl.methods.train_config import GRPOConfig, TrainConfig
 from ragrl.metrics.answer import cover_em, f1
 from ragrl.rewards import build_reward
-from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rewards.registry import RewardContext, RewardResult, register_reward
 from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.scripted import Turn
 from ragrl.rollout.trajectory import Action, Trajectory
+from ragrl.synth.demonstrators import OracleDemonstrator, answer_turn
 
 VARIANT = "tiresrag"
 """The method's answer normalization (``ragrl.metrics.normalize``)."""
@@ -78,6 +82,7 @@ VARIANT = "tiresrag"
 NO_ANSWER_MODES = ("zero", "text")
 REFLECTION_MODES = ("paper", "code")
 PENALTY_MODES = ("paper", "code", "none")
+BASELINES = ("grpo", "reinforce_pp")
 
 
 # --- the protocol (§1) --------------------------------------------------------------------------------
@@ -118,7 +123,7 @@ class TiresragProtocol(SearchR1Protocol):
         super().__init__(config or TiresragProtocolConfig())
 
     def fixed_texts(self) -> list[str]:
-        return [TIRESRAG_SYSTEM]
+        return [TIRESRAG_SYSTEM, REFLECTION_THOUGHT]
 
     def after_answer(self, trajectory: Trajectory, action: Action) -> str | None:
         """The reflection pass: once, after the first answer."""
@@ -159,6 +164,96 @@ def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
     return out
 
 
+def step_diagnostics(
+    trajectories: Sequence[Trajectory],
+    examples: Sequence[Example],
+    results: Sequence[RewardResult],
+    *,
+    grpo_config: GRPOConfig,
+    answer: str = "tiresrag_answer",
+    sufficiency: str = "tiresrag_sufficiency",
+) -> dict[str, float]:
+    """What the authors tracked over a step (§7.1 "Logging") that needs whole groups or the rewards:
+
+    * ``filter/low_frac``, ``filter/high_frac``: the shares of groups whose answer F1 are all ≤ low or all
+      ≥ high (the filter's thresholds; what ``drop_saturated`` drops, whichever filter is on);
+    * ``suff/correct_sufficient`` (and the three other cells): the correct × sufficient 2×2 as shares of
+      the episodes; correct is cover-EM of the final answer, sufficient is R^S ≥ 0.5;
+    * with ``advantage: tiresrag``: the difficulty weight W of the groups (``adv/W_mean``, ``_min``,
+      ``_max``) and the consistency penalty A^P of the episodes (``adv/penalty_mean``, ``_max``, and
+      ``adv/penalty_share``, the share it touches), as the update used them.
+    """
+    out: dict[str, float] = {}
+    if not results:
+        return out
+    group_ids = torch.tensor([t.metadata["group"] for t in trajectories])
+    components = {
+        key: torch.tensor([r.components[key] for r in results], dtype=torch.float32)
+        for key in results[0].components
+    }
+    if answer in components:
+        edges = {"low": 0.1, "high": 0.9}
+        if grpo_config.group_filter == "drop_saturated":
+            edges.update(grpo_config.group_filter_params)
+        f1s, groups = batch_groups(components[answer], group_ids)
+        out["filter/low_frac"] = float((groups.max(f1s) <= edges["low"]).float().mean())
+        out["filter/high_frac"] = float((groups.min(f1s) >= edges["high"]).float().mean())
+    if sufficiency in components:
+        correct = [
+            t.final_answer is not None and cover_em(t.final_answer, e.answers, VARIANT) == 1.0
+            for t, e in zip(trajectories, examples, strict=True)
+        ]
+        sufficient = [r.components[sufficiency] >= 0.5 for r in results]
+        for c_name, c in (("correct", True), ("wrong", False)):
+            for s_name, s in (("sufficient", True), ("insufficient", False)):
+                cell = [x == c and y == s for x, y in zip(correct, sufficient, strict=True)]
+                out[f"suff/{c_name}_{s_name}"] = sum(cell) / len(cell)
+    if grpo_config.advantage == "tiresrag":
+        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
+        terms = advantage_terms(
+            rewards,
+            group_ids,
+            components=components,
+            weights=results[0].weights,
+            **grpo_config.advantage_params,
+        )
+        _, groups = batch_groups(rewards, group_ids)
+        w = groups.mean(terms["weight"])
+        out.update({"adv/W_mean": float(w.mean()), "adv/W_min": float(w.min()), "adv/W_max": float(w.max())})
+        pen = terms["penalty"]
+        out.update(
+            {
+                "adv/penalty_mean": float(pen.mean()),
+                "adv/penalty_max": float(pen.max()),
+                "adv/penalty_share": float((pen > 0).float().mean()),
+            }
+        )
+    return out
+
+
+# --- the warm start's demonstrator --------------------------------------------------------------------
+
+REFLECTION_THOUGHT = "I read the question and the information again, and my answer stands."
+
+
+class TiresragOracle:
+    """The world's search oracle (``OracleDemonstrator``: one search per gold hop, then the gold answer),
+    then the reflection pass: it re-reads and gives the same answer again. A warm start on it teaches
+    the pass and its format; what the pass is worth is left to RL. Uses gold fields: an upper bound and
+    a source of SFT demonstrations."""
+
+    name = "tiresrag_oracle"
+
+    def __init__(self) -> None:
+        self.search_oracle = OracleDemonstrator()
+
+    def next_turn(self, example: Example, history: list[Turn]) -> str:
+        answered = [t.action.content for t in history if t.action.kind == "answer"]
+        if not answered:
+            return self.search_oracle.next_turn(example, history)
+        return answer_turn(REFLECTION_THOUGHT, answered[-1])
+
+
 def build_method(cfg: Any) -> Method:
     """TIRESRAG-R1 from a loaded config (``ragrl.methods.load_method``)."""
     config = to_dataclass(TiresragConfig, cfg)
@@ -172,6 +267,8 @@ def build_method(cfg: Any) -> Method:
         reward=build_reward(config.reward),
         train=config.train,
         diagnostics=diagnostics,
+        step_diagnostics=functools.partial(step_diagnostics, grpo_config=config.train.grpo),
+        oracle=TiresragOracle(),
     )
 
 
@@ -243,8 +340,7 @@ def consistency_penalty(
     return torch.where(product < 0, -lam * product, torch.zeros_like(product))
 
 
-@register_advantage("tiresrag")
-def tiresrag_advantage(
+def advantage_terms(
     rewards: Tensor,
     group_ids: Tensor,
     *,
@@ -253,6 +349,7 @@ def tiresrag_advantage(
     answer: str = "tiresrag_answer",
     thinking: str = "tiresrag_thinking",
     sufficiency: str = "tiresrag_sufficiency",
+    baseline: str = "grpo",
     penalty: str = "paper",
     lam: float = 0.1,
     difficulty: bool = True,
@@ -262,9 +359,12 @@ def tiresrag_advantage(
     k: float = 10.0,
     std: str = "population",
     eps: float = 1e-8,
-) -> Tensor:
-    """``A' = (A − A^P) · W(mean_g R^S)`` over each group (module docstring). ``answer``, ``thinking``
-    and ``sufficiency`` name the reward components (their reporting keys) the estimator reads."""
+) -> dict[str, Tensor]:
+    """The advantage and its parts, per rollout: ``advantage``, the consistency ``penalty`` A^P (0 where
+    off) and the difficulty ``weight`` W of its group (1 where off). ``answer``, ``thinking`` and
+    ``sufficiency`` name the reward components (their reporting keys) the estimator reads."""
+    if baseline not in BASELINES:
+        raise RagrlError(f"advantage_params.baseline must be one of {BASELINES}, got {baseline!r}")
     if penalty not in PENALTY_MODES:
         raise RagrlError(f"advantage_params.penalty must be one of {PENALTY_MODES}, got {penalty!r}")
     wanted: dict[str, str] = {}
@@ -283,16 +383,45 @@ def tiresrag_advantage(
     def z(x: Tensor) -> Tensor:  # the group z-score (exactly 0 in a group of equal values)
         return grpo(x.to(r), group_ids, std=std, eps=eps)
 
-    advantage = z(r)
+    advantage = z(r) if baseline == "grpo" else grpo_mean_only(r, group_ids)
+    pen = torch.zeros_like(r)
     if penalty != "none":
         z_a, z_t, z_s = z(components[answer]), z(components[thinking]), z(components[sufficiency])
         if penalty == "code":
             if weights is None or thinking not in weights or sufficiency not in weights:
                 raise RagrlError("penalty: code scales by the components' weights in force; none were given")
             z_t, z_s = weights[thinking] * z_t, weights[sufficiency] * z_s
-        advantage = advantage - consistency_penalty(z_a, z_t, z_s, lam=lam)
+        pen = consistency_penalty(z_a, z_t, z_s, lam=lam)
+        advantage = advantage - pen
+    if baseline == "reinforce_pp":  # normalised over the whole batch after the penalty, as the code
+        n = torch.tensor(float(advantage.numel()))
+        spread = advantage.var(correction=0) * n / (n - 1 if std == "sample" and n > 1 else n)
+        advantage = (advantage - advantage.mean()) / (spread.sqrt() + eps)
+    w = torch.ones_like(r)
     if difficulty:
         rho = groups.mean(components[sufficiency].to(r))
-        w = difficulty_weight(rho, a=weight_a, b=weight_b, rho0=rho0, k=k).to(r)
-        advantage = advantage * w[groups.inverse]
-    return advantage
+        w = difficulty_weight(rho, a=weight_a, b=weight_b, rho0=rho0, k=k).to(r)[groups.inverse]
+        advantage = advantage * w
+    return {"advantage": advantage, "penalty": pen, "weight": w}
+
+
+@register_advantage("tiresrag")
+def tiresrag_advantage(
+    rewards: Tensor,
+    group_ids: Tensor,
+    *,
+    components: Mapping[str, Tensor],
+    weights: Mapping[str, float] | None = None,
+    **params: Any,
+) -> Tensor:
+    """``A' = (A − A^P) · W(mean_g R^S)`` over each group (module docstring; ``advantage_terms`` takes
+    the parameters)."""
+    accepted = [p for p in inspect.signature(advantage_terms).parameters if p not in ("rewards", "group_ids")]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise RagrlError(f"advantage_params: the tiresrag advantage takes no {unknown} (it takes {accepted})")
+    return advantage_terms(rewards, group_ids, components=components, weights=weights, **params)["advantage"]
+
+
+# the parameters are advantage_terms', so that a config's advantage_params are checked when it loads
+tiresrag_advantage.__signature__ = inspect.signature(advantage_terms)  # type: ignore[attr-defined]

@@ -8,6 +8,8 @@ config into the run folder.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,6 +207,14 @@ class TrainConfig:
             ("train.dpo.loss_type", self.dpo.loss_type, PREFERENCE_LOSSES),
         ):
             registry.get(name, key=key)
+        for key, fn, params, own in (
+            ("train.grpo.advantage_params", ADVANTAGES.get(g.advantage), g.advantage_params,
+             ("rewards", "group_ids", "components", "weights")),
+            ("train.grpo.group_filter_params", FILTERS.get(g.group_filter), g.group_filter_params,
+             ("scores", "group_ids")),
+            ("train.grpo.kl_params", KL_ESTIMATORS.get(g.kl), g.kl_params, ("logp", "ref_logp")),
+        ):  # fmt: skip
+            _check_params(key, fn, params, own)
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:
             raise RagrlError(
                 f"train.grpo.clip_low must be in [0, 1) and train.grpo.clip_high >= 0, got "
@@ -294,3 +304,18 @@ def resolved_config_yaml(method: Any) -> str:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_yaml(OmegaConf.structured(method.config))
+
+
+def _check_params(key: str, fn: Any, params: Mapping[str, Any], own: Sequence[str]) -> None:
+    """Refuse a parameter that the registered function ``fn`` does not take (its first arguments,
+    ``own``, are the trainer's to pass); a function that takes ``**kwargs`` checks its own."""
+    signature = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values()):
+        return
+    accepted = [name for name in signature if name not in own]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise RagrlError(
+            f"{key}: {fn.__name__} takes no {', '.join(map(repr, unknown))} "
+            f"(it takes {', '.join(accepted) or 'nothing'})"
+        )

@@ -186,8 +186,10 @@ class OpenAIJudge:
                 f"{where}: expected {{'choices': [{{'message': {{'content': ...}}}}]}}, got "
                 f"{snippet(str(body))}"
             ) from None
+        if content is None:  # no text (a reasoning model cut off in its reasoning, a refusal): the
+            return ""  # caller reads it as an unreadable reply, as any text it cannot parse
         if not isinstance(content, str):
-            raise RagrlError(f"{where}: the reply has no text content: {snippet(str(body))}")
+            raise RagrlError(f"{where}: the reply's content is not text: {snippet(str(body))}")
         return content
 
     def close(self) -> None:

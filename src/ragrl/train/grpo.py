@@ -13,7 +13,7 @@ One step, top to bottom (``GRPOTrainer.step``):
 6. ``ppo_epochs`` passes of minibatch updates: the registered policy loss (PPO-clip) + β·KL, aggregated
    over the *global* minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf
    watchdog;
-7. diagnostics into ``metrics.jsonl``.
+7. diagnostics into ``metrics.jsonl`` (the method's per-episode and per-step ones included).
 
 Losses are scaled so that ``accelerate launch --num_processes N`` computes the same update as one
 process: each process divides its token (or sequence) sum by the global count, and DDP's gradient
@@ -172,6 +172,10 @@ class GRPOTrainer(Trainer):
             episode_kept,
             update,
         )
+        step_diagnostics = self.method.diagnose_step(episodes, owners, results)
+        if self.acc.num_processes > 1:  # each process's whole groups, averaged over processes
+            step_diagnostics = _mean_dicts(gather_object([step_diagnostics]))
+        metrics.update(step_diagnostics)
         metrics["samples"] = int(self.global_sum(sum(len(r.samples) for r in rounds)))
         metrics["refill_rounds"] = len(rounds) - 1
         metrics["rollout_seconds"] = round(t_rollout, 3)
