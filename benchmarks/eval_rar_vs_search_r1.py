@@ -36,19 +36,12 @@ import statistics
 import time
 from pathlib import Path
 
-from tiny_setup import open_workdir, warm_start_then_grpo
+from tiny_setup import open_workdir, scores, training_summary, warm_start_then_grpo, world
 
-from ragrl.data.io import read_corpus, read_examples
-from ragrl.eval.runner import evaluate
-from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
-from ragrl.methods import load_method, vocabulary_texts
-from ragrl.metrics.normalize import normalize
+from ragrl.data.io import read_examples
+from ragrl.methods import load_method
 from ragrl.retrieval.base import load_retriever
-from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.synth import generate_world
 from ragrl.synth.demonstrators import OracleDemonstrator
-from ragrl.synth.questions import UNANSWERABLE_ANSWER
-from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 ARMS = {
@@ -74,51 +67,6 @@ COLUMNS = ("em", "em_answerable", "top_answer_share", "unknown_rate", "searches_
            "valid_searches", "answer_rate", "evaluate_contains_gold")  # fmt: skip
 
 
-def scores(backend, retriever, method, examples) -> dict[str, float]:  # noqa: ANN001
-    """Greedy held-out scores, plus EM on the answerable questions only and the share of ``unknown``
-    answers (always answering ``unknown`` scores the unanswerable share of EM without searching)."""
-    report = evaluate(backend, retriever, method, examples)
-    out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
-    check = collapse_check(report.rows, examples)
-    out["em_answerable"] = round(check["eval/em_answerable"], 3)
-    out["top_answer_share"] = round(check["eval/top_answer_share"], 3)  # the collapse check
-    out["top_answer"] = check["eval/top_answer"]
-    unknown = [normalize(str(r["prediction"] or "")) == UNANSWERABLE_ANSWER for r in report.rows]
-    out["unknown_rate"] = round(statistics.mean(unknown), 3) if unknown else 0.0
-    return out
-
-
-def training_summary(metrics: Path) -> dict[str, float]:
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    rows = [r for r in rows if r.get("kind") == "train"]
-
-    def mean(key: str, part: list[dict]) -> float:
-        return round(statistics.mean(r[key] for r in part), 3)
-
-    return {
-        "zero_variance_frac": mean("zero_variance_frac", rows),
-        "reward_first10": mean("reward", rows[:10]),
-        "reward_last10": mean("reward", rows[-10:]),
-        "searches_first10": mean("searches", rows[:10]),
-        "searches_last10": mean("searches", rows[-10:]),
-    }
-
-
-def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
-    data = workdir / f"world-{seed}"
-    if not (data / "train.jsonl").is_file():
-        generate_world(seed, "small").write(data)
-    index = data / "bm25"
-    if not index.is_dir():
-        BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
-    model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
-    if not (model_dir / "config.json").is_file():
-        create_tiny_policy(
-            data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
-        )
-    return data, index, model_dir
-
-
 def run(
     workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str]
 ) -> dict:
@@ -136,9 +84,9 @@ def run(
     t0 = time.perf_counter()
     oracle = method.oracle or OracleDemonstrator()  # Search-R1 plays the world's search oracle
     grpo = warm_start_then_grpo(method, oracle, train, retriever, out)
-    before = scores(grpo.backend, retriever, method, test)
+    before = scores(grpo.backend, retriever, method, test, COLUMNS)
     grpo.train()
-    after = scores(grpo.backend, retriever, method, test)
+    after = scores(grpo.backend, retriever, method, test, COLUMNS)
     return {"seed": seed, "arm": arm, "n_test": len(test), "before": before, "after": after,
             "training": training_summary(out / "metrics.jsonl"),
             "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip

@@ -1,17 +1,28 @@
 """What the model benchmarks share: a work folder (temporary unless given) holding the synthetic world
-(seed 0, small) and a tiny policy of a given width and depth, built once and reused; and the
-warm-start-then-GRPO pipeline the method comparisons run for each arm."""
+(seed 0, small) and a tiny policy of a given width and depth, built once and reused; and what the
+method comparisons share: a seed's world, index and copy-pre-trained policy (``world``), the
+warm-start-then-GRPO pipeline each arm runs, the held-out scores with the collapse check (``scores``)
+and a summary of the training log (``training_summary``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ragrl.llm.tiny import TinyConfig, create_tiny_policy
+from ragrl.data.io import read_corpus
+from ragrl.eval.runner import evaluate
+from ragrl.llm.tiny import CopyPretraining, TinyConfig, create_tiny_policy
 from ragrl.methods import vocabulary_texts
+from ragrl.metrics.normalize import normalize
+from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.synth import generate_world
+from ragrl.synth.questions import UNANSWERABLE_ANSWER
+from ragrl.train.base import collapse_check
 
 
 def add_model_args(ap: argparse.ArgumentParser) -> None:
@@ -65,3 +76,58 @@ def warm_start_then_grpo(method: Any, demonstrator: Any, train: list, retriever:
         method, config, run_dir=out, train_examples=train, eval_examples=[], retriever=retriever,
         accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
     )  # fmt: skip
+
+
+def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
+    """The folders of seed ``seed``'s world, its BM25 index and its tiny policy with the demo's copy
+    pre-training (built when missing)."""
+    data = workdir / f"world-{seed}"
+    if not (data / "train.jsonl").is_file():
+        generate_world(seed, "small").write(data)
+    index = data / "bm25"
+    if not index.is_dir():
+        BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
+    model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
+    if not (model_dir / "config.json").is_file():
+        create_tiny_policy(
+            data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
+        )
+    return data, index, model_dir
+
+
+def scores(
+    backend: Any, retriever: Any, method: Any, examples: list, columns: Sequence[str]
+) -> dict[str, Any]:  # noqa: ANN401
+    """Greedy held-out scores (``columns`` of the evaluation report), plus EM on the answerable
+    questions only, the most common answer and its share (the collapse check), and the share of
+    ``unknown`` answers (always answering ``unknown`` scores the unanswerable share of EM without
+    searching)."""
+    report = evaluate(backend, retriever, method, examples)
+    out: dict[str, Any] = {k: round(float(report.scores[k]), 3) for k in columns if k in report.scores}
+    check = collapse_check(report.rows, examples)
+    out["em_answerable"] = round(check["eval/em_answerable"], 3)
+    out["top_answer_share"] = round(check["eval/top_answer_share"], 3)
+    out["top_answer"] = check["eval/top_answer"]
+    unknown = [normalize(str(r["prediction"] or "")) == UNANSWERABLE_ANSWER for r in report.rows]
+    out["unknown_rate"] = round(statistics.mean(unknown), 3) if unknown else 0.0
+    return out
+
+
+def training_summary(metrics: Path, extra: Sequence[str] = ()) -> dict[str, float]:
+    """Means over a GRPO run's log: the zero-variance share, and the reward and searches of the first
+    and the last 10 steps; ``extra`` keys over the whole run (those the log has)."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows = [r for r in rows if r.get("kind") == "train"]
+
+    def mean(key: str, part: list[dict]) -> float:
+        return round(statistics.mean(r[key] for r in part), 3)
+
+    out = {
+        "zero_variance_frac": mean("zero_variance_frac", rows),
+        "reward_first10": mean("reward", rows[:10]),
+        "reward_last10": mean("reward", rows[-10:]),
+        "searches_first10": mean("searches", rows[:10]),
+        "searches_last10": mean("searches", rows[-10:]),
+    }
+    out.update({key: mean(key, rows) for key in extra if rows and all(key in r for r in rows)})
+    return out
