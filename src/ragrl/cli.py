@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ragrl.commands import CONFIG_EPILOG
+from ragrl.commands.analyze import analyze_thinking_command
 from ragrl.commands.data import app as data_app
 from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.model import app as model_app
@@ -54,6 +55,7 @@ app.command("search")(search)
 app.command("serve")(serve)
 app.command("eval")(eval_command)
 app.command("reward")(reward_command)
+app.command("analyze-thinking")(analyze_thinking_command)
 app.command("train", epilog=CONFIG_EPILOG)(train)
 app.command("sft", epilog=CONFIG_EPILOG)(sft)
 app.command("dpo", epilog=CONFIG_EPILOG)(dpo)

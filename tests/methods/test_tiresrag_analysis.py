@@ -1,0 +1,126 @@
+"""TIRESRAG-R1's §4 analysis: over-, good and under-thinking by correctness (Table 1) from trajectories,
+with the offline proxy, an OpenAI-compatible judge, and ``ragrl analyze-thinking``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+from ragrl.errors import RagrlError
+from ragrl.methods.tiresrag_analysis import analyze_thinking, categorize, search_prefixes, table1
+from ragrl.methods.tiresrag_judges import evidence
+from ragrl.rollout.engine import write_trajectories
+from tests.methods.test_tiresrag_judges import reply
+from tests.methods.test_tiresrag_protocol import EX, engine
+
+ZORVEX = "<think> Who built Zorvex? </think>\n<search> Zorvex </search>"
+OSLO = "<think> And Oslo? </think>\n<search> Oslo </search>"
+TOLAN = "<think> Mira Tolan. </think>\n<answer> Mira Tolan </answer>"
+DONE = "<think> It stands. </think>"
+
+EPISODES = {
+    "over": [ZORVEX, OSLO, TOLAN, DONE],  # sufficient after the first of two searches
+    "good": [OSLO, ZORVEX, TOLAN, DONE],  # sufficient exactly after the last search
+    "under": [OSLO, "<think> Oslo. </think>\n<answer> Oslo </answer>", DONE],
+    "guess": [TOLAN, DONE],  # right without any evidence
+}
+
+
+def play(name: str):  # noqa: ANN201
+    [t] = engine(EPISODES[name]).run([EX])
+    return t
+
+
+def test_the_cuts_end_after_each_search_s_documents():
+    t = play("over")
+    cuts = search_prefixes(t)
+    assert len(cuts) == 1 + t.num_searches == 3
+    assert cuts[0].completion_text == ZORVEX and cuts[0].queries == ["Zorvex"]  # R_1, no documents yet
+    assert evidence(cuts[0]) == ""
+    assert "Mira Tolan" in evidence(cuts[1]) and "Oslo is the capital" not in evidence(cuts[1])
+    assert "Oslo is the capital" in evidence(cuts[2]) and cuts[2].answers == []
+    assert t.completion_text.startswith(cuts[2].completion_text)
+    assert len(search_prefixes(play("guess"))) == 1  # no search: R_1 alone
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "searches", "category", "first"),
+    [
+        ([0, 1, 1, 1], 2, "overthinking", 1),
+        ([1, 1], 1, "overthinking", 0),  # the question alone sufficed: the one search was not needed
+        ([0, 0, 1, 1], 2, "good thinking", 2),
+        ([0, 0, 0, 1], 2, "good thinking", 3),  # only the last reasoning completes it
+        ([0, 1], 0, "good thinking", 1),
+        ([0, 0, 0], 1, "underthinking", None),
+    ],
+)
+def test_categorize(verdicts, searches, category, first):
+    assert categorize(verdicts, searches) == (category, first)
+
+
+def test_table_one_with_the_offline_proxy():
+    names = ["over", "good", "under", "guess"]
+    verdicts = analyze_thinking([play(n) for n in names], [EX] * 4)
+    got = {n: (v.category, v.correct, v.first_sufficient) for n, v in zip(names, verdicts, strict=True)}
+    assert got == {
+        "over": ("overthinking", True, 1),
+        "good": ("good thinking", True, 2),
+        "under": ("underthinking", False, None),
+        "guess": ("underthinking", True, None),
+    }
+    assert verdicts[0].sufficient == [0.0, 1.0, 1.0, 1.0]
+    assert table1(verdicts) == {
+        "overthinking": {"correct": 1, "incorrect": 0},
+        "good thinking": {"correct": 1, "incorrect": 0},
+        "underthinking": {"correct": 1, "incorrect": 1},
+    }
+    with pytest.raises(RagrlError, match="2 episodes but 1 questions"):
+        analyze_thinking([play("over"), play("good")], [EX])
+
+
+def test_one_batch_to_a_judge_and_its_unreadable_replies_counted(chat_server):
+    judge = {"kind": "openai", "base_url": chat_server.url, "model": "gpt-4o", "concurrency": 1}
+    yes, no = (reply(f'{{"Sufficient Context To The Given Answer": {v}}}') for v in (1, 0))
+    # "over": cuts 0, 1, 2 and the full episode; "under": cuts 0, 1 and the full episode
+    chat_server.script = [no, yes, yes, yes, no, no, reply("no idea")]
+    verdicts = analyze_thinking([play("over"), play("under")], [EX, EX], judge=judge)
+    assert len(chat_server.requests) == 4 + 3
+    assert [v.category for v in verdicts] == ["overthinking", "underthinking"]
+    assert verdicts[1].sufficient == [0.0, 0.0, 0.0] and verdicts[1].unreadable == 1
+    first = chat_server.requests[0]["body"]["messages"][1]["content"]
+    assert (
+        "### ANSWER\nMira Tolan" in first
+        and "<answer>" not in chat_server.requests[3]["body"]["messages"][1]["content"]
+    )
+
+
+def test_the_command_prints_table_one(tmp_path):
+    names = ["over", "good", "under", "guess"]
+    trajectories = tmp_path / "trajectories.jsonl"
+    write_trajectories(trajectories, [play(n) for n in names])
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(
+        json.dumps({"id": "q1", "question": EX.question, "golden_answers": ["Mira Tolan"]}) + "\n"
+    )
+    out = tmp_path / "verdicts.jsonl"
+    args = ["analyze-thinking", "--trajectories", str(trajectories), "--gold", str(gold), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[:2] == ["| category | correct | incorrect |", "|---|---|---|"]
+    assert lines[2] == "| overthinking | 1 (33%) | 0 (0%) |"
+    assert lines[4] == "| underthinking | 1 (33%) | 1 (100%) |"
+    summary = json.loads(lines[-1])
+    assert summary["n"] == 4 and summary["judge"] == "proxy" and summary["judge_requests"] == 4 + 4 + 3 + 2
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["category"] for r in rows] == [
+        "overthinking",
+        "good thinking",
+        "underthinking",
+        "underthinking",
+    ]
+    bad = CliRunner().invoke(app, [*args[:5], "--config", "search_r1"])
+    assert isinstance(bad.exception, RagrlError) and "no tiresrag_sufficiency component" in str(bad.exception)
