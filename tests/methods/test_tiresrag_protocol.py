@@ -17,6 +17,7 @@ from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutConfig, RolloutEngine
 from ragrl.rollout.replay import trajectory_from_completion
 from ragrl.rollout.scripted import ScriptedBackend
+from tests.rollout.test_engine_properties import TOKENIZERS
 from tests.rollout.test_protocol import tokenizer
 
 EX = Example("q1", "Who founded the lab that built Zorvex?", ["Mira Tolan"])
@@ -145,3 +146,38 @@ def test_a_declined_reflection_ends_with_the_answer_live_and_replayed():
     replayed = trajectory_from_completion("q1", "".join(turns), TiresragProtocol())
     assert [a.kind for a in replayed.actions] == ["answer", "reflect"]
     assert replayed.finish_reason == "answer" and replayed.final_answer == "Mira Tolan"
+
+
+@pytest.mark.parametrize("tok_name", sorted(set(TOKENIZERS) - {"word"}))  # word-level: lossy
+def test_the_loss_mask_is_exact_on_real_tokenizers_with_the_think_prefill(tok_name):
+    """Byte-level BPE with ChatML (and SmolLM2's own tokenizer after `make smollm2`): the prompt ends
+    with the prefilled <think>, every policy token is trained on, every inserted token is not."""
+    tok = TOKENIZERS[tok_name]
+    protocol = TiresragProtocol(TiresragProtocolConfig(prefill="<think>", reflection_cue="\nCheck once.\n"))
+    turns = [
+        " Who built Zorvex? </think>\n<search> Zorvex built lab </search>",
+        "<think> Mira Tolan. </think>\n<answer> Mira Tolan </answer>",
+        "<think> It stands. </think>\n<answer> Mira Tolan </answer>",
+    ]
+    script = iter(turns)
+    eng = RolloutEngine(
+        ScriptedBackend(tok, lambda p, i: next(script)),
+        BM25Retriever.build(PASSAGES),
+        protocol,
+        RolloutConfig(max_turns=6, k=1, max_new_tokens=64, max_total_tokens=1024, max_obs_tokens=256),
+    )
+    [traj] = eng.run([EX])
+    prefill = tok.encode("<think>", add_special_tokens=False)
+    assert traj.prompt_ids[-len(prefill) :] == prefill
+    assert protocol.prompt_text(EX).endswith("<think>")
+    assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
+    assert [s.text for s in traj.segments if s.kind == "policy"] == turns
+    assert traj.answers == ["Mira Tolan", "Mira Tolan"] and traj.finish_reason == "answer"
+    pos = 0
+    for s in traj.segments:
+        assert traj.loss_mask[pos : pos + len(s.token_ids)] == [int(s.kind == "policy")] * len(s.token_ids)
+        assert tok.decode(s.token_ids, skip_special_tokens=False) == s.text
+        pos += len(s.token_ids)
+    assert pos == len(traj.completion_ids) == len(traj.loss_mask)
+    assert traj.segments[1].text.startswith("\n\n<information>\n(1)Zorvex ")
+    assert traj.segments[3].text == "\nCheck once.\n"

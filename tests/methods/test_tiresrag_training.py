@@ -139,3 +139,9 @@ def test_the_filter_and_refill_keep_only_groups_that_are_not_saturated(world_dir
     assert metrics["kept_frac"] == pytest.approx(
         1.0 - metrics["filter/low_frac"] - metrics["filter/high_frac"]
     )
+
+
+def test_the_oracle_continues_a_prefilled_think():
+    first = TiresragOracle("<think>").next_turn(EX, [])
+    assert first == " I know it. </think>\n<answer> Mira Tolan </answer>"  # no search plan: it answers
+    assert TiresragOracle().next_turn(EX, []).startswith("<think> I know it.")

@@ -15,7 +15,8 @@ reproduces. A reflection pass that neither searches nor answers again ends the e
 (the turn is kept as a ``reflect`` action), as the code ends a segment without a search. The code's
 retrieval cap (8) is approximated by ``rollout.max_turns`` (searches and answers share the turns: 10
 leaves room for 8 searches, an answer and its reflection, but a policy that never answers may search 9
-times). The code's ``<think>`` prefill of the assistant turn is not reproduced: the prompt asks for it.
+times). ``prefill: "<think>"`` opens the assistant turn with ``<think>`` as the code does (the paper's
+config); the policy's first segment continues it.
 
 **Answer reward R^A (§2.1).** Token F1 of the last ``<answer>`` against the gold answers, with the
 method's normalization (``tiresrag``: ``True``/``False`` → ``yes``/``no``, then ARENA's rules) and the
@@ -114,6 +115,9 @@ class TiresragProtocolConfig(SearchR1ProtocolConfig):
     """One more pass after the first answer (training); false stops at the first answer (the code's eval)."""
     reflection_cue: str = ""
     """Environment text inserted before the reflection pass (empty: the policy just goes on)."""
+    prefill: str = ""
+    """Text that opens the assistant turn as part of the prompt (the code prefills ``<think>``); the
+    policy's first segment continues it."""
 
 
 class TiresragProtocol(SearchR1Protocol):
@@ -124,6 +128,16 @@ class TiresragProtocol(SearchR1Protocol):
 
     def fixed_texts(self) -> list[str]:
         return [TIRESRAG_SYSTEM, REFLECTION_THOUGHT]
+
+    def prompt_ids(self, example: Example, tokenizer: Any) -> list[int]:
+        """The chat prompt, then the prefill (encoded on its own, with no special tokens)."""
+        ids = super().prompt_ids(example, tokenizer)
+        if self.config.prefill:
+            ids = ids + list(tokenizer.encode(self.config.prefill, add_special_tokens=False))
+        return ids
+
+    def prompt_text(self, example: Example) -> str:
+        return super().prompt_text(example) + self.config.prefill
 
     def after_answer(self, trajectory: Trajectory, action: Action) -> str | None:
         """The reflection pass: once, after the first answer."""
@@ -244,14 +258,19 @@ class TiresragOracle:
 
     name = "tiresrag_oracle"
 
-    def __init__(self) -> None:
+    def __init__(self, prefill: str = "") -> None:
         self.search_oracle = OracleDemonstrator()
+        self.prefill = prefill
+        """The protocol's prefill: the first turn continues it instead of repeating it."""
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         answered = [t.action.content for t in history if t.action.kind == "answer"]
-        if not answered:
-            return self.search_oracle.next_turn(example, history)
-        return answer_turn(REFLECTION_THOUGHT, answered[-1])
+        if answered:
+            return answer_turn(REFLECTION_THOUGHT, answered[-1])
+        text = self.search_oracle.next_turn(example, history)
+        if not history and self.prefill and text.startswith(self.prefill):
+            text = text[len(self.prefill) :]
+        return text
 
 
 def build_method(cfg: Any) -> Method:
@@ -268,7 +287,7 @@ def build_method(cfg: Any) -> Method:
         train=config.train,
         diagnostics=diagnostics,
         step_diagnostics=functools.partial(step_diagnostics, grpo_config=config.train.grpo),
-        oracle=TiresragOracle(),
+        oracle=TiresragOracle(config.protocol.prefill),
     )
 
 
