@@ -181,3 +181,31 @@ def test_the_loss_mask_is_exact_on_real_tokenizers_with_the_think_prefill(tok_na
     assert pos == len(traj.completion_ids) == len(traj.loss_mask)
     assert traj.segments[1].text.startswith("\n\n<information>\n(1)Zorvex ")
     assert traj.segments[3].text == "\nCheck once.\n"
+
+
+def test_per_episode_diagnostics_reflection_transitions_and_the_format_check():
+    from ragrl.methods.tiresrag import diagnostics
+
+    search = "<think> Who built Zorvex? </think>\n<search> Zorvex </search>"
+    right, wrong = (
+        "<think> So. </think>\n<answer> Mira Tolan </answer>",
+        "<think> So. </think>\n<answer> Oslo </answer>",
+    )
+    cases = {
+        "wrong_to_right": [search, wrong, right],
+        "right_to_wrong": [search, right, wrong],
+        "unchanged": [search, right, right],
+        "none": [search, right, "<think> It stands. </think>"],  # a declined reflection
+    }
+    for transition, turns in cases.items():
+        [traj] = engine(turns).run([EX])
+        d = diagnostics(traj, EX)
+        assert d[f"reflect/{transition}"] == 1.0, transition
+        assert sum(d[f"reflect/{k}"] for k in cases) == 1.0
+        assert d["answers"] == (1.0 if transition == "none" else 2.0) and d["valid_searches"] == 1.0
+        assert d["format_valid"] == float(transition != "none"), transition  # the code: last tag </answer>
+    [sloppy] = engine(["Zorvex? <search> Zorvex </search>", right, right]).run([EX])
+    assert diagnostics(sloppy, EX)["format_valid"] == 0.0  # text outside the tags
+    [prefilled] = engine([search.removeprefix("<think>"), right, right]).run([EX])
+    assert diagnostics(prefilled, EX, prefill="<think>")["format_valid"] == 1.0
+    assert diagnostics(prefilled, EX)["format_valid"] == 0.0

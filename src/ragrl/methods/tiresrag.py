@@ -66,7 +66,12 @@ from ragrl.algos.advantages import batch_groups, difficulty_weight, grpo, grpo_m
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
-from ragrl.methods.search_r1 import SearchR1Protocol, SearchR1ProtocolConfig, search_diagnostics
+from ragrl.methods.search_r1 import (
+    SearchR1Protocol,
+    SearchR1ProtocolConfig,
+    search_diagnostics,
+    well_formed_turn,
+)
 from ragrl.methods.tiresrag_judges import judge_parse_failures
 from ragrl.methods.train_config import GRPOConfig, TrainConfig
 from ragrl.metrics.answer import cover_em, f1
@@ -159,12 +164,31 @@ class TiresragConfig:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
-def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
+def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
+    """The code's format check (§1.5), logged and never rewarded: every turn is ``<think>`` blocks then
+    one ``<search>`` (or, for an answer, ``<answer>``) with no stray text, and the episode ends with an
+    answer (a declined reflection, which ends in ``</think>``, is not valid; nor is an invalid turn).
+    The first turn is read with the prefill it continues."""
+    if trajectory.final_answer is None:
+        return False
+    turns = [s.text for s in trajectory.segments if s.kind == "policy"]
+    if not turns or len(turns) != len(trajectory.actions):
+        return False
+    turns[0] = prefill + turns[0]
+    for text, action in zip(turns, trajectory.actions, strict=True):
+        final = action.kind == "answer"
+        if action.kind not in ("search", "answer") or not well_formed_turn(text, final=final):
+            return False
+    return trajectory.actions[-1].kind == "answer"
+
+
+def diagnostics(trajectory: Trajectory, example: Example, prefill: str = "") -> dict[str, float]:
     """Search counts (Search-R1's), answers per episode, the reflection's transition (by cover-EM of the
-    first and last answer) and the judge's unreadable replies (§7.1 "Logging")."""
+    first and last answer), the format check and the judge's unreadable replies (§7.1 "Logging")."""
     out = search_diagnostics(trajectory, example)
     answers = trajectory.answers
     out["answers"] = float(len(answers))
+    out["format_valid"] = float(format_valid(trajectory, prefill))
     right = (
         [cover_em(a, example.answers, VARIANT) == 1.0 for a in (answers[0], answers[-1])] if answers else []
     )
@@ -285,7 +309,7 @@ def build_method(cfg: Any) -> Method:
         rollout=config.rollout,
         reward=build_reward(config.reward),
         train=config.train,
-        diagnostics=diagnostics,
+        diagnostics=functools.partial(diagnostics, prefill=config.protocol.prefill),
         step_diagnostics=functools.partial(step_diagnostics, grpo_config=config.train.grpo),
         oracle=TiresragOracle(config.protocol.prefill),
     )
