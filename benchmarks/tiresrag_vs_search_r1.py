@@ -7,7 +7,8 @@ tiny policy with the demo's copy pre-training (``--copy-steps``); then for each 
 * ``tiresrag``: think-retrieve-reflect, R_sum = R^A + a_t (0.6 R^T + 0.3 R^S + 0.3 R^R) with the
   offline judge proxy, the consistency penalty and the difficulty weight, the saturated-group filter
   (``tiresrag-tiny``; its refill rounds are off here, so that every arm plays the same 80 rollouts a
-  step: ``--set train.grpo.refill_rounds=2`` turns them back on);
+  step; ``--set`` applies to every arm, so turning them back on there refills Search-R1's
+  zero-variance filter too);
 * ``tiresrag_no_difficulty`` (with ``--ablation``): the same without W (the paper's "w/o Difficulty");
 * ``tiresrag_no_reflection`` (with ``--arms``): no reflection pass and no R^R;
 

@@ -13,6 +13,7 @@ from ragrl.errors import RagrlError
 from ragrl.methods.tiresrag_analysis import analyze_thinking, categorize, search_prefixes, table1
 from ragrl.methods.tiresrag_judges import evidence
 from ragrl.rollout.engine import write_trajectories
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
 from tests.methods.test_tiresrag_judges import reply
 from tests.methods.test_tiresrag_protocol import EX, engine
 
@@ -124,3 +125,28 @@ def test_the_command_prints_table_one(tmp_path):
     ]
     bad = CliRunner().invoke(app, [*args[:5], "--config", "search_r1"])
     assert isinstance(bad.exception, RagrlError) and "no tiresrag_sufficiency component" in str(bad.exception)
+
+
+def test_replayed_text_a_search_that_never_ran_and_earlier_judges():
+    from ragrl.methods.tiresrag import TiresragProtocol
+    from ragrl.rollout.replay import trajectory_from_completion
+
+    live = play("over")
+    text = live.completion_text.replace("</information>\n\n", "</information>\n\n  \n", 1)  # blank text
+    replayed = trajectory_from_completion("q1", text, TiresragProtocol())
+    cuts = search_prefixes(replayed)  # a blank piece of text between observations is no turn
+    assert len(cuts) == 3 and [c.segments[-1].kind for c in cuts] == ["policy", "env", "env"]
+    assert [len(c.actions) for c in cuts] == [1, 1, 2] and "Oslo is the capital" in evidence(cuts[2])
+    [verdict] = analyze_thinking([replayed], [EX])
+    assert (verdict.category, verdict.first_sufficient, verdict.searches) == ("overthinking", 1, 2)
+
+    cut_short = Trajectory(  # the budget ran out on the search: no documents came back
+        "q1", [0], [Segment("policy", [1], ZORVEX)], [Action("search", "Zorvex", turn=0)]
+    )
+    [v] = analyze_thinking([cut_short], [EX])
+    assert v.searches == 0 and v.sufficient == [0.0, 0.0] and v.category == "underthinking"
+
+    judged = play("over")
+    judged.metadata["judge"] = {"tiresrag_sufficiency": {"reply": "?", "parsed": False}}  # an old judge's
+    [v] = analyze_thinking([judged], [EX])
+    assert v.unreadable == 0 and judged.metadata["judge"]["tiresrag_sufficiency"]["parsed"] is False

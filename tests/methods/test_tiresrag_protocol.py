@@ -17,6 +17,7 @@ from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutConfig, RolloutEngine
 from ragrl.rollout.replay import trajectory_from_completion
 from ragrl.rollout.scripted import ScriptedBackend
+from ragrl.rollout.trajectory import Segment
 from tests.rollout.test_engine_properties import TOKENIZERS
 from tests.rollout.test_protocol import tokenizer
 
@@ -204,6 +205,10 @@ def test_per_episode_diagnostics_reflection_transitions_and_the_format_check():
         assert sum(d[f"reflect/{k}"] for k in cases) == 1.0
         assert d["answers"] == (1.0 if transition == "none" else 2.0) and d["valid_searches"] == 1.0
         assert d["format_valid"] == float(transition != "none"), transition  # the code: last tag </answer>
+    [declined] = engine([search, right, ""]).run([EX])  # the reflection: nothing
+    assert declined.actions[-1].kind == "reflect" and diagnostics(declined, EX)["format_valid"] == 1.0
+    declined.segments[-1] = Segment("policy", [2], "<|im_end|>")  # nothing but the end token
+    assert diagnostics(declined, EX)["format_valid"] == 1.0
     [sloppy] = engine(["Zorvex? <search> Zorvex </search>", right, right]).run([EX])
     assert diagnostics(sloppy, EX)["format_valid"] == 0.0  # text outside the tags
     [prefilled] = engine([search.removeprefix("<think>"), right, right]).run([EX])

@@ -10,10 +10,11 @@ from ragrl.algos.advantages import difficulty_weight
 from ragrl.data.io import read_examples
 from ragrl.data.schema import Example
 from ragrl.methods import load_method
-from ragrl.methods.tiresrag import REFLECTION_THOUGHT, TiresragOracle, advantage_terms
-from ragrl.methods.train_config import GRPOConfig
+from ragrl.methods.tiresrag import REFLECTION_THOUGHT, TiresragOracle
+from ragrl.methods.train_config import GRPOConfig, TrainConfig
 from ragrl.rewards.registry import RewardResult
 from ragrl.rollout.trajectory import Action, Trajectory
+from tests.methods.test_tiresrag import numpy_advantage
 
 EX = Example("q1", "Who founded the lab that built Zorvex?", ["Mira Tolan"])
 KEYS = ("tiresrag_answer", "tiresrag_thinking", "tiresrag_sufficiency", "tiresrag_reflection")
@@ -66,9 +67,10 @@ def test_step_diagnostics_on_two_hand_built_groups():
     trajectories = [episode(a, i // 5) for i, a in enumerate(answers)]
     results = [result(*x) for x in zip(ra, rt, rs, strict=True)]
     grpo = GRPOConfig(
-        advantage="tiresrag", advantage_params={"penalty": "paper"}, group_filter="drop_saturated"
-    )
-    out = step_diagnostics(trajectories, [EX] * 10, results, grpo_config=grpo)
+        advantage="tiresrag", advantage_params={"penalty": "paper"}, group_filter="drop_saturated",
+        group_filter_on="tiresrag_answer",
+    )  # fmt: skip
+    out = step_diagnostics(trajectories, [EX] * 10, results, TrainConfig(grpo=grpo))
     assert out["filter/low_frac"] == 0.5 and out["filter/high_frac"] == 0.0
     # correct (cover-EM) x sufficient (R^S): right + sufficient: episode 5; right without: episode 9
     assert out["suff/correct_sufficient"] == pytest.approx(0.1)
@@ -78,17 +80,22 @@ def test_step_diagnostics_on_two_hand_built_groups():
     w_low, w_mixed = float(difficulty_weight(0.2)), float(difficulty_weight(0.6))
     assert out["adv/W_min"] == pytest.approx(w_mixed) and out["adv/W_max"] == pytest.approx(w_low)
     assert out["adv/W_mean"] == pytest.approx((w_low + w_mixed) / 2)
-    terms = advantage_terms(
-        torch.tensor([r.total for r in results]),
-        torch.tensor([t.metadata["group"] for t in trajectories]),
-        components={k: torch.tensor([r.components[k] for r in results]) for k in KEYS},
-    )
-    assert out["adv/penalty_mean"] == pytest.approx(float(terms["penalty"].mean()))
-    assert out["adv/penalty_share"] == pytest.approx(float((terms["penalty"] > 0).float().mean()))
-    assert 0 < out["adv/penalty_share"] < 1
+    # the penalty by hand (test_tiresrag's formula): group 1 is that file's example group (3 episodes
+    # penalised); in group 0 every R^A is 0, so z^A = 0 and nothing is
+    _, mixed = numpy_advantage(ra[5:], rt[5:], rs[5:])
+    assert out["adv/penalty_share"] == pytest.approx(3 / 10)
+    assert out["adv/penalty_mean"] == pytest.approx(float(mixed.sum()) / 10)
+    assert out["adv/penalty_max"] == pytest.approx(float(mixed.max()))
     # another estimator: the advantage parts are not logged; the 2x2 and saturation still are
-    plain = step_diagnostics(trajectories, [EX] * 10, results, grpo_config=GRPOConfig(advantage="grpo"))
+    plain = step_diagnostics(trajectories, [EX] * 10, results, TrainConfig(grpo=GRPOConfig(advantage="grpo")))
     assert "adv/W_mean" not in plain and plain["filter/low_frac"] == 0.5
+    # the filter's own edges and component: R^T of group 1 is all >= 0.2, of group 0 not all <= 0.3
+    on_thinking = GRPOConfig(
+        advantage="grpo", group_filter="drop_saturated", group_filter_on="tiresrag_thinking",
+        group_filter_params={"low": 0.3, "high": 0.2},
+    )  # fmt: skip
+    edges = step_diagnostics(trajectories, [EX] * 10, results, TrainConfig(grpo=on_thinking))
+    assert (edges["filter/low_frac"], edges["filter/high_frac"]) == (0.0, 0.5)
 
 
 def test_the_oracle_searches_answers_and_reflects_once(world_dir):

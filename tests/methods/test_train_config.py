@@ -133,7 +133,12 @@ def test_a_method_estimators_parameters_are_checked_too() -> None:
     """TIRESRAG's estimator takes its parameters through advantage_terms: still checked at load."""
     with pytest.raises(RagrlError, match=r"tiresrag_advantage takes no 'lamda' \(it takes answer, .*lam,"):
         load_method("tiresrag-tiny", ["train.grpo.advantage_params.lamda=0.2"])
-    load_method("tiresrag-tiny", ["train.grpo.advantage_params.baseline=reinforce_pp"])
+    reinforce = ["train.grpo.advantage_params.baseline=reinforce_pp"]
+    with pytest.raises(RagrlError, match="reinforce_pp normalises the advantages over the update batch"):
+        load_method("tiresrag-tiny", reinforce)
+    load_method("tiresrag-tiny", [*reinforce, "train.grpo.whiten=token"])
+    with pytest.raises(RagrlError, match="train.grpo.whiten must be one of none, sample, token"):
+        load_method("search_r1-tiny", ["train.grpo.whiten=batch"])
 
 
 def test_unknown_key_is_an_error_naming_it() -> None:

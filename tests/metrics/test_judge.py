@@ -395,6 +395,19 @@ def test_cached_judge_sends_each_request_once_and_persists_replies(tmp_path):
         CachedJudge(CountingJudge(), path)
 
 
+def test_an_empty_reply_is_not_cached(tmp_path):
+    class Silent(CountingJudge):  # a reasoning model cut off before any text: content null -> ""
+        def complete(self, messages):  # noqa: ANN001, ANN201
+            super().complete(messages)
+            return ""
+
+    path = tmp_path / "cache.jsonl"
+    judge = CachedJudge(Silent(), path)
+    assert judge.complete_batch([_messages("Paris"), _messages("Paris")]) == ["", ""]
+    assert judge.complete(_messages("Paris")) == "" and len(judge.client.seen) == 2  # asked again
+    assert not path.exists() or path.read_text() == ""
+
+
 def test_make_judge_with_a_cache_and_concurrency(chat_server, tmp_path):
     pytest.importorskip("httpx")
     spec = {"kind": "openai", "base_url": chat_server.url, "model": "m", "api_key_env": None,

@@ -112,6 +112,10 @@ def test_a_labelled_schedule_reports_its_multiplier_and_one_label_means_one_sche
     other = {**a_t, "center": 0.5}
     with pytest.raises(RagrlError, match="the schedule label 'a_t' names two different schedules"):
         build_reward([{"name": "em", "schedule": a_t}, {"name": "f1", "schedule": other}])
+    with pytest.raises(RagrlError, match="schedule label 'em' is already a reward component's key"):
+        build_reward([{"name": "em"}, {"name": "f1", "schedule": {**a_t, "label": "em"}}])
+    with pytest.raises(RagrlError, match="schedule label 'total' is already"):
+        build_reward([{"name": "f1", "schedule": {**a_t, "label": "total"}}])
     with pytest.raises(RagrlError, match="label must be a non-empty string"):
         build_reward([{"name": "em", "schedule": {"name": "constant", "label": ""}}])
 

@@ -65,6 +65,18 @@ def test_shots_are_well_answered_demonstrations_without_the_end_token():
         ("q2", "<search> b </search>...<answer> Cy </answer>"),
     ]
     assert [s.example.id for s in shots_from_trajectories(played, examples, None)] == ["q0", "q2", "q5"]
+    prefilled = shots_from_trajectories(played[:1], examples, "<|im_end|>", prefill="<think>")
+    assert prefilled[0].reply == "<think><search> a </search>...<answer> Bo </answer>"  # the whole turn
+
+
+def test_a_prefilling_protocol_keeps_its_prefill_under_few_shot():
+    inner = load_method("tiresrag", ["protocol.system=null"]).protocol
+    assert inner.prefill == "<think>"
+    few = FewShotProtocol(
+        inner, [Shot(_example(1, "Who founded A?"), "<think> t </think><answer> Bo </answer>")]
+    )
+    assert few.prefill == "<think>" and few.prompt_text(_example(2, "What is C?")).endswith("<think>")
+    assert not few.prompt_text(_example(2, "What is C?")).endswith("<think><think>")
 
 
 def tokenizer(chat_template: str) -> PreTrainedTokenizerFast:

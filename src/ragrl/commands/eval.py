@@ -73,8 +73,9 @@ def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], to
     played = demonstration_trajectories(method, tokenizer, oracle, candidates, retriever)
     by_id = {e.id: e for e in candidates}
     chosen = shots_from_trajectories(
-        played, by_id, tokenizer.eos_token, must_search=method.protocol.needs_retriever
-    )[:shots]
+        played, by_id, tokenizer.eos_token, must_search=method.protocol.needs_retriever,
+        prefill=method.protocol.prefill,
+    )[:shots]  # fmt: skip
     if len(chosen) < shots:
         raise RagrlError(
             f"--few-shot {pool_file}: only {len(chosen)} of the oracle's replies to the first "

@@ -133,10 +133,12 @@ class Method:
     GRPO trainer logs their means every step."""
 
     step_diagnostics: Any = None
-    """Optional ``fn(trajectories, examples, results) -> {name: float}``: measurements over one training
-    step's episodes together (the groups are ``trajectory.metadata["group"]``, ``results`` the
-    ``RewardResult`` of each): what only a whole group shows, such as TIRESRAG's saturated-group shares
-    and its advantage weights. The GRPO trainer logs them every step."""
+    """Optional ``fn(trajectories, examples, results, config) -> {name: float}``: measurements over one
+    training step's episodes together (the groups are ``trajectory.metadata["group"]``, ``results`` the
+    ``RewardResult`` of each, ``config`` the ``TrainConfig`` in force): what only a whole group shows,
+    such as TIRESRAG's saturated-group shares and its advantage weights. The GRPO trainer logs them
+    every step; over several processes a name ending in ``_min`` or ``_max`` is reduced by min or max,
+    any other by the mean."""
 
     oracle: Any = None
     """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this
@@ -168,11 +170,12 @@ class Method:
             console.print(f"warning: {report.summary(where, self.rollout.max_question_chars)}")
         return list(examples) if self.prepare is None else list(self.prepare(list(examples), where))
 
-    def diagnose_step(self, trajectories: Any, examples: Any, results: Any) -> dict[str, float]:
+    def diagnose_step(self, trajectories: Any, examples: Any, results: Any, config: Any) -> dict[str, float]:
         """The method's diagnostics of one training step's episodes (empty when it declares none)."""
         if self.step_diagnostics is None:
             return {}
-        return {k: float(v) for k, v in self.step_diagnostics(trajectories, examples, results).items()}
+        out = self.step_diagnostics(trajectories, examples, results, config)
+        return {k: float(v) for k, v in out.items()}
 
     def diagnose(self, trajectory: Any, example: Any) -> dict[str, float]:
         """The method's diagnostics of one trajectory (empty when it declares none)."""

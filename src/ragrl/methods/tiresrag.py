@@ -47,13 +47,16 @@ std). ``penalty: paper`` uses s_T = s_S = 1 (Eq. 7 with its typo A^T·A^T correc
 ``penalty: code`` scales them by the components' weights in force, s_T = 0.6 a_t and s_S = 0.3 a_t, as
 ``compute_consistency_penalty`` does (0.018 a_t² |z^A z^T z^S| at the paper's weights). A group whose
 R^S or R^T are all equal gets no penalty. ``difficulty: false`` drops W (the "w/o difficulty"
-ablation; the code's Reinforce++ path also drops it, but normalizes differently, §3.6).
+ablation). ``baseline: reinforce_pp`` is the code's Reinforce++ path (§3.6): A = r − mean_g, minus the
+penalty, no W, then normalised over the update batch after the filter (``train.grpo.whiten: token``,
+which the config must set).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +76,13 @@ from ragrl.methods.search_r1 import (
     well_formed_turn,
 )
 from ragrl.methods.tiresrag_judges import judge_parse_failures
-from ragrl.methods.train_config import GRPOConfig, TrainConfig
+from ragrl.methods.train_config import TrainConfig
 from ragrl.metrics.answer import cover_em, f1
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, RewardResult, register_reward
 from ragrl.rollout.engine import RolloutConfig
 from ragrl.rollout.scripted import Turn
-from ragrl.rollout.trajectory import Action, Trajectory
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
 from ragrl.synth.demonstrators import OracleDemonstrator, answer_turn
 
 VARIANT = "tiresrag"
@@ -130,19 +133,10 @@ class TiresragProtocol(SearchR1Protocol):
 
     def __init__(self, config: TiresragProtocolConfig | None = None) -> None:
         super().__init__(config or TiresragProtocolConfig())
+        self.prefill = self.config.prefill
 
     def fixed_texts(self) -> list[str]:
         return [TIRESRAG_SYSTEM, REFLECTION_THOUGHT]
-
-    def prompt_ids(self, example: Example, tokenizer: Any) -> list[int]:
-        """The chat prompt, then the prefill (encoded on its own, with no special tokens)."""
-        ids = super().prompt_ids(example, tokenizer)
-        if self.config.prefill:
-            ids = ids + list(tokenizer.encode(self.config.prefill, add_special_tokens=False))
-        return ids
-
-    def prompt_text(self, example: Example) -> str:
-        return super().prompt_text(example) + self.config.prefill
 
     def after_answer(self, trajectory: Trajectory, action: Action) -> str | None:
         """The reflection pass: once, after the first answer."""
@@ -164,22 +158,39 @@ class TiresragConfig:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
+def turn_segments(trajectory: Trajectory) -> list[Segment]:
+    """The policy segments that are turns, one per action: every one of a live episode; of an episode
+    rebuilt from text, those that are not blank (the text between two observations is not a turn)."""
+    policy = [s for s in trajectory.segments if s.kind == "policy"]
+    if trajectory.metadata.get("replayed_from_text"):
+        return [s for s in policy if s.text.strip()]
+    return policy
+
+
+_END_TOKEN = re.compile(r"<\|[^|<>]*\|>|</s>")  # <|im_end|>, <|endoftext|>, </s>: an end token's text
+
+
 def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
     """The code's format check (§1.5), logged and never rewarded: every turn is ``<think>`` blocks then
     one ``<search>`` (or, for an answer, ``<answer>``) with no stray text, and the episode ends with an
-    answer (a declined reflection, which ends in ``</think>``, is not valid; nor is an invalid turn).
-    The first turn is read with the prefill it continues."""
+    answer. A reflection declined with nothing (only the end token) is fine; one that writes a
+    ``<think>`` block and stops is not (its last tag is not ``</answer>``), nor is an invalid turn. The
+    first turn is read with the prefill it continues. Unlike the code's state machine, ``<think>`` is
+    optional in a turn."""
     if trajectory.final_answer is None:
         return False
-    turns = [s.text for s in trajectory.segments if s.kind == "policy"]
-    if not turns or len(turns) != len(trajectory.actions):
+    texts = [s.text for s in turn_segments(trajectory)]
+    actions = trajectory.actions
+    if not texts or len(texts) != len(actions):
         return False
-    turns[0] = prefill + turns[0]
-    for text, action in zip(turns, trajectory.actions, strict=True):
+    texts[0] = prefill + texts[0]
+    if actions[-1].kind == "reflect" and not _END_TOKEN.sub("", texts[-1]).strip():
+        texts, actions = texts[:-1], actions[:-1]  # the reflection declined with nothing
+    for text, action in zip(texts, actions, strict=True):
         final = action.kind == "answer"
         if action.kind not in ("search", "answer") or not well_formed_turn(text, final=final):
             return False
-    return trajectory.actions[-1].kind == "answer"
+    return bool(actions) and actions[-1].kind == "answer"
 
 
 def diagnostics(trajectory: Trajectory, example: Example, prefill: str = "") -> dict[str, float]:
@@ -206,15 +217,16 @@ def step_diagnostics(
     trajectories: Sequence[Trajectory],
     examples: Sequence[Example],
     results: Sequence[RewardResult],
+    config: TrainConfig,
     *,
-    grpo_config: GRPOConfig,
     answer: str = "tiresrag_answer",
     sufficiency: str = "tiresrag_sufficiency",
 ) -> dict[str, float]:
     """What the authors tracked over a step (§7.1 "Logging") that needs whole groups or the rewards:
 
     * ``filter/low_frac``, ``filter/high_frac``: the shares of groups whose answer F1 are all ≤ low or all
-      ≥ high (the filter's thresholds; what ``drop_saturated`` drops, whichever filter is on);
+      ≥ high (with ``drop_saturated`` on: its thresholds on the component it reads, so the shares it
+      drops; otherwise 0.1 and 0.9 on answer F1, the shares it would drop);
     * ``suff/correct_sufficient`` (and the three other cells): the correct × sufficient 2×2 as shares of
       the episodes; correct is cover-EM of the final answer, sufficient is R^S ≥ 0.5;
     * with ``advantage: tiresrag``: the difficulty weight W of the groups (``adv/W_mean``, ``_min``,
@@ -229,11 +241,14 @@ def step_diagnostics(
         key: torch.tensor([r.components[key] for r in results], dtype=torch.float32)
         for key in results[0].components
     }
-    if answer in components:
-        edges = {"low": 0.1, "high": 0.9}
-        if grpo_config.group_filter == "drop_saturated":
-            edges.update(grpo_config.group_filter_params)
-        f1s, groups = batch_groups(components[answer], group_ids)
+    grpo_config = config.grpo
+    edges, on = {"low": 0.1, "high": 0.9}, answer
+    if grpo_config.group_filter == "drop_saturated":
+        edges.update(grpo_config.group_filter_params)
+        on = grpo_config.group_filter_on
+    scores = torch.tensor([r.total for r in results]) if on == "total" else components.get(on)
+    if scores is not None:
+        f1s, groups = batch_groups(scores, group_ids)
         out["filter/low_frac"] = float((groups.max(f1s) <= edges["low"]).float().mean())
         out["filter/high_frac"] = float((groups.min(f1s) >= edges["high"]).float().mean())
     if sufficiency in components:
@@ -302,6 +317,16 @@ def build_method(cfg: Any) -> Method:
     config = to_dataclass(TiresragConfig, cfg)
     if not config.reward:
         raise RagrlError("reward: TIRESRAG-R1 needs its reward components (see tiresrag.yaml)")
+    g = config.train.grpo
+    if (
+        g.advantage == "tiresrag"
+        and g.advantage_params.get("baseline") == "reinforce_pp"
+        and g.whiten == "none"
+    ):
+        raise RagrlError(
+            "train.grpo.advantage_params.baseline: reinforce_pp normalises the advantages over the update "
+            "batch: set train.grpo.whiten to token (the code's replay-buffer whitening) or sample"
+        )
     return Method(
         name=config.method,
         config=config,
@@ -310,7 +335,7 @@ def build_method(cfg: Any) -> Method:
         reward=build_reward(config.reward),
         train=config.train,
         diagnostics=functools.partial(diagnostics, prefill=config.protocol.prefill),
-        step_diagnostics=functools.partial(step_diagnostics, grpo_config=config.train.grpo),
+        step_diagnostics=step_diagnostics,
         oracle=TiresragOracle(config.protocol.prefill),
     )
 
@@ -395,7 +420,7 @@ def advantage_terms(
     baseline: str = "grpo",
     penalty: str = "paper",
     lam: float = 0.1,
-    difficulty: bool = True,
+    difficulty: bool | None = None,
     weight_a: float = 0.4,
     weight_b: float = 1.5,
     rho0: float = 0.75,
@@ -405,11 +430,17 @@ def advantage_terms(
 ) -> dict[str, Tensor]:
     """The advantage and its parts, per rollout: ``advantage``, the consistency ``penalty`` A^P (0 where
     off) and the difficulty ``weight`` W of its group (1 where off). ``answer``, ``thinking`` and
-    ``sufficiency`` name the reward components (their reporting keys) the estimator reads."""
+    ``sufficiency`` name the reward components (their reporting keys) the estimator reads.
+
+    ``baseline: grpo`` is the group z-score; ``reinforce_pp`` is the code's Reinforce++ path, r − mean_g
+    (its normalisation over the update batch is the trainer's ``train.grpo.whiten``, after the filter).
+    ``difficulty`` (W) defaults to on for ``grpo`` and off for ``reinforce_pp``, as the code."""
     if baseline not in BASELINES:
         raise RagrlError(f"advantage_params.baseline must be one of {BASELINES}, got {baseline!r}")
     if penalty not in PENALTY_MODES:
         raise RagrlError(f"advantage_params.penalty must be one of {PENALTY_MODES}, got {penalty!r}")
+    if difficulty is None:  # the code's Reinforce++ path has no W
+        difficulty = baseline == "grpo"
     wanted: dict[str, str] = {}
     if penalty != "none":
         wanted.update(answer=answer, thinking=thinking, sufficiency=sufficiency)
@@ -436,10 +467,6 @@ def advantage_terms(
             z_t, z_s = weights[thinking] * z_t, weights[sufficiency] * z_s
         pen = consistency_penalty(z_a, z_t, z_s, lam=lam)
         advantage = advantage - pen
-    if baseline == "reinforce_pp":  # normalised over the whole batch after the penalty, as the code
-        n = torch.tensor(float(advantage.numel()))
-        spread = advantage.var(correction=0) * n / (n - 1 if std == "sample" and n > 1 else n)
-        advantage = (advantage - advantage.mean()) / (spread.sqrt() + eps)
     w = torch.ones_like(r)
     if difficulty:
         rho = groups.mean(components[sufficiency].to(r))

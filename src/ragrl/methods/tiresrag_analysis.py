@@ -26,6 +26,7 @@ measure; the step diagnostics' 2×2 uses the same). Every verdict is one batch t
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag import VARIANT
+from ragrl.methods.tiresrag import VARIANT, turn_segments
 from ragrl.methods.tiresrag_judges import (
     SUFFICIENCY_SYSTEM,
     SUFFICIENCY_TEMPLATE,
@@ -55,6 +56,7 @@ class ThinkingVerdict:
     category: str
     correct: bool
     searches: int
+    """The searches that ran (each returned documents, so each has a cut)."""
     first_sufficient: int | None
     """``k*``: the first sufficient cut (0 … n), ``n + 1`` for the full episode only, None if none."""
     sufficient: list[float]
@@ -76,25 +78,29 @@ class ThinkingVerdict:
 
 def search_prefixes(trajectory: Trajectory) -> list[Trajectory]:
     """The episode cut after each search's observation: cut k (1 … n) ends with the documents of the
-    k-th search; cut 0 is the policy's first turn alone. Actions and segments are kept up to the cut."""
+    k-th search that ran; cut 0 is the policy's first turn alone. Actions and segments are kept up to
+    the cut (a search that never ran, for want of a turn or tokens, has no cut)."""
     segments, actions = trajectory.segments, trajectory.actions
-    search_turns = [a.turn for a in actions if a.kind == "search"]
+    turns = {id(s) for s in turn_segments(trajectory)}
+    search_turns = {a.turn for a in actions if a.kind == "search"}
 
     def cut(n_segments: int, last_turn: int) -> Trajectory:
         kept = [a for a in actions if a.turn <= last_turn]
         return Trajectory(trajectory.example_id, trajectory.prompt_ids, segments[:n_segments], kept)
 
-    first_policy = next((i for i, s in enumerate(segments) if s.kind == "policy"), len(segments) - 1)
-    cuts = [cut(first_policy + 1, 0)]
+    cuts: list[Trajectory] = []
     turn = -1
     for i, segment in enumerate(segments):
         if segment.kind == "policy":
-            turn += 1
+            if id(segment) in turns:
+                turn += 1
+                if turn == 0:
+                    cuts.append(cut(i + 1, 0))
             continue
         ends_observation = i + 1 == len(segments) or segments[i + 1].kind == "policy"
         if turn in search_turns and ends_observation:
             cuts.append(cut(i + 1, turn))
-    return cuts
+    return cuts or [cut(0, -1)]
 
 
 def categorize(sufficient: Sequence[float], searches: int) -> tuple[str, int | None]:
@@ -119,7 +125,11 @@ def analyze_thinking(
     batch: list[Trajectory] = []
     owners: list[Example] = []
     spans: list[tuple[int, int]] = []
-    for t, e in zip(trajectories, examples, strict=True):
+    fulls = [
+        dataclasses.replace(t, metadata={k: v for k, v in t.metadata.items() if k != "judge"})
+        for t in trajectories
+    ]
+    for t, e in zip(fulls, examples, strict=True):  # copies without earlier judges' replies
         cuts = [*search_prefixes(t), t]
         spans.append((len(batch), len(batch) + len(cuts)))
         batch.extend(cuts)
@@ -128,14 +138,15 @@ def analyze_thinking(
     verdicts = sufficiency_reward(batch, owners, ctx, judge=judge, system=system, template=template)
     out = []
     unreadable = [judge_parse_failures([t]).get("tiresrag_sufficiency", 0) for t in batch]
-    for t, e, (lo, hi) in zip(trajectories, examples, spans, strict=True):
+    for t, e, (lo, hi) in zip(fulls, examples, spans, strict=True):
         sufficient = verdicts[lo:hi]
-        category, first = categorize(sufficient, t.num_searches)
+        searches = hi - lo - 2  # the cuts after a search that ran (the cut before any, and the whole, aside)
+        category, first = categorize(sufficient, searches)
         answer = t.final_answer
         correct = answer is not None and cover_em(answer, e.answers, VARIANT) == 1.0
         out.append(
             ThinkingVerdict(
-                t.example_id, category, correct, t.num_searches, first, sufficient, sum(unreadable[lo:hi])
+                t.example_id, category, correct, searches, first, sufficient, sum(unreadable[lo:hi])
             )
         )
     return out

@@ -16,6 +16,8 @@ from typing import Any
 from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES, PREFERENCE_LOSSES
 from ragrl.errors import RagrlError
 
+WHITEN_MODES = ("none", "sample", "token")
+
 
 @dataclass
 class LoraConfig:
@@ -91,6 +93,11 @@ class GRPOConfig:
     group_filter_on: str = "total"
     """What the filter reads: ``total`` (the weighted reward) or a reward component's key (TIRESRAG-R1
     filters on answer F1 alone); checked against the method's reward when the config loads."""
+    whiten: str = "none"
+    """Normalise the advantages of the samples that reach the update, over the whole update batch (all
+    processes), after the group filter: ``sample`` (each sample counts once), ``token`` (each sample
+    counts once per policy token, as OpenRLHF and verl whiten a replay buffer) or ``none``.
+    Reinforce++ normalises this way (TIRESRAG-R1's ``baseline: reinforce_pp`` needs it)."""
     refill_rounds: int = 0
     """DAPO's dynamic sampling: when fewer than ``prompts_per_step`` groups survive the filter, play up
     to this many more rounds of new questions, then train on the first ``prompts_per_step`` surviving
@@ -215,6 +222,8 @@ class TrainConfig:
             ("train.grpo.kl_params", KL_ESTIMATORS.get(g.kl), g.kl_params, ("logp", "ref_logp")),
         ):  # fmt: skip
             _check_params(key, fn, params, own)
+        if g.whiten not in WHITEN_MODES:
+            raise RagrlError(f"train.grpo.whiten must be one of {', '.join(WHITEN_MODES)}, got {g.whiten!r}")
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:
             raise RagrlError(
                 f"train.grpo.clip_low must be in [0, 1) and train.grpo.clip_high >= 0, got "

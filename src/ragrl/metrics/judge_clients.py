@@ -335,7 +335,8 @@ class CachedJudge:
     messages, so one cache file may serve several judges. With ``path``, the new replies of a batch are
     appended to that jsonl file (``{"key", "reply"}`` per line) when the batch returns, and the file is
     read back when the cache is built: a run that re-scores the same episodes, or resumes, does not pay
-    twice. A line that is not such a record is a ``DataError`` naming the file and line, except a torn
+    twice; an empty reply (a reasoning model cut off before it wrote any text) is not kept. A line
+    that is not such a record is a ``DataError`` naming the file and line, except a torn
     last line (a crash in the middle of a write), which is skipped with a warning. ``hits`` and
     ``misses`` count requests. One process writes a cache file at a time.
     """
@@ -379,11 +380,14 @@ class CachedJudge:
         with self._lock:
             self.misses += len(todo)
             self.hits += len(keys) - len(todo)
-        if todo:
-            self._store(dict(zip(todo, complete_all(self.client, list(todo.values())), strict=True)))
-        return [self._replies[k] for k in keys]
+        fresh = dict(zip(todo, complete_all(self.client, list(todo.values())), strict=True)) if todo else {}
+        self._store({k: reply for k, reply in fresh.items() if reply.strip()})
+        return [fresh[k] if k in fresh else self._replies[k] for k in keys]
 
     def _store(self, fresh: dict[str, str]) -> None:
+        """Keep the new replies (an empty one is not kept: the next run asks again)."""
+        if not fresh:
+            return
         with self._lock:
             self._replies.update(fresh)
             if self.path is not None:

@@ -196,6 +196,14 @@ class CompositeReward:
                     f"reward {c.key!r}: the schedule label {c.schedule.label!r} names two different "
                     f"schedules ({other.describe()} and {c.schedule.describe()})"
                 )
+        clash = sorted(
+            set(labelled) & {*(c.key for c in self.components), "id", "t", "total", "weights", "return"}
+        )
+        if clash:
+            raise RagrlError(
+                f"schedule label {clash[0]!r} is already a reward component's key or an output field; "
+                "choose another label"
+            )
         self.labelled = labelled
         """Each schedule label and its schedule."""
 

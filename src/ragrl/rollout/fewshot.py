@@ -33,11 +33,13 @@ def shots_from_trajectories(
     eos: str | None,
     *,
     must_search: bool = False,
+    prefill: str = "",
 ) -> list[Shot]:
     """One shot per demonstration worth showing: it ended with an answer, wrote no invalid turn, is not
     an unanswerable question's refusal, and (``must_search``: the protocol searches) searched at least
     once. ``eos`` (the tokenizer's end token) is taken off the end of the reply, since the chat template
-    closes the assistant's message itself."""
+    closes the assistant's message itself; the protocol's ``prefill`` (in the prompt, not the
+    completion) opens it, so a shot shows the whole assistant turn."""
     shots: list[Shot] = []
     for t in trajectories:
         example = examples.get(t.example_id)
@@ -45,7 +47,7 @@ def shots_from_trajectories(
             continue
         if example.metadata.get("answerable", True) is False or (must_search and t.num_searches == 0):
             continue
-        reply = t.completion_text.rstrip()
+        reply = (prefill + t.completion_text).rstrip()
         if eos and reply.endswith(eos):
             reply = reply[: -len(eos)].rstrip()
         shots.append(Shot(example, reply))
@@ -65,6 +67,7 @@ class FewShotProtocol(Protocol):
         self.needs_retriever = inner.needs_retriever
         self.backtracks = inner.backtracks
         self.followup_stop = inner.followup_stop
+        self.prefill = inner.prefill
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         """The question's own system message (if any) first, then each shot's user turn and reply, then

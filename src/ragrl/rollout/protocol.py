@@ -127,16 +127,25 @@ class Protocol(ABC):
     stopped by these strings (or EOS, or the token budgets), and records ``parse_followup`` of it. It
     belongs to the same step as the search (it does not count towards ``max_turns``)."""
 
+    prefill: str = ""
+    """Text that opens the assistant's turn as part of the prompt (TIRESRAG-R1's code prefills
+    ``<think>``): the policy's first segment continues it. It is encoded on its own, without special
+    tokens (a SentencePiece tokenizer that adds a dummy prefix space encodes it as a new word)."""
+
     @abstractmethod
     def messages(self, example: Example) -> list[dict[str, str]]:
         """The chat messages (``{"role", "content"}``) that open an episode."""
 
     def prompt_ids(self, example: Example, tokenizer: Any) -> list[int]:
-        return encode_messages(self.messages(example), tokenizer)
+        """The messages ready for generation (``encode_messages``), then the prefill."""
+        ids = encode_messages(self.messages(example), tokenizer)
+        if self.prefill:
+            ids = ids + [int(t) for t in tokenizer.encode(self.prefill, add_special_tokens=False)]
+        return ids
 
     def prompt_text(self, example: Example) -> str:
         """The plain-text rendering (what ``prompt_ids`` encodes when there is no chat template)."""
-        return render_plain(self.messages(example))
+        return render_plain(self.messages(example)) + self.prefill
 
     @abstractmethod
     def parse(self, text: str, turn: int) -> Action:

@@ -112,7 +112,7 @@ class Trainer:
         """Sum of ``value`` over processes (for the global loss normalizer)."""
         if self.acc.num_processes == 1:
             return float(value)
-        t = torch.tensor([float(value)], device=self.acc.device)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item())
 
     def clip_and_check(self) -> float:

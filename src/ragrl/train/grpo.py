@@ -8,7 +8,8 @@ One step, top to bottom (``GRPOTrainer.step``):
 4. cut the episodes into training samples (one per linear episode, one per turn or node otherwise),
    advantages within each sample's group (``algos`` registry; the estimator may read every component)
    and the group filter; with ``refill_rounds``, more questions until enough groups survive (1-4 are
-   ``_play``, one call per round);
+   ``_play``, one call per round); with ``whiten``, the kept samples' advantages normalised over the
+   whole update batch (Reinforce++);
 5. π_old and π_ref log-probs where the config needs them;
 6. ``ppo_epochs`` passes of minibatch updates: the registered policy loss (PPO-clip) + β·KL, aggregated
    over the *global* minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf
@@ -150,6 +151,8 @@ class GRPOTrainer(Trainer):
         if g.refill_rounds:
             first = list(dict.fromkeys(s.group for s in kept))[:per_process]
             kept = [s for s in kept if s.group in set(first)]
+        if g.whiten != "none":  # Reinforce++: normalised over what reaches the update, all processes
+            self._whiten(kept, by_tokens=g.whiten == "token")
         update = self._update(kept)
 
         # 7. diagnostics over every episode played this step, reduced over processes
@@ -172,9 +175,9 @@ class GRPOTrainer(Trainer):
             episode_kept,
             update,
         )
-        step_diagnostics = self.method.diagnose_step(episodes, owners, results)
-        if self.acc.num_processes > 1:  # each process's whole groups, averaged over processes
-            step_diagnostics = _mean_dicts(gather_object([step_diagnostics]))
+        step_diagnostics = self.method.diagnose_step(episodes, owners, results, self.config)
+        if self.acc.num_processes > 1:  # each process's whole groups, reduced over processes
+            step_diagnostics = _reduce_dicts(gather_object([step_diagnostics]))
         metrics.update(step_diagnostics)
         metrics["samples"] = int(self.global_sum(sum(len(r.samples) for r in rounds)))
         metrics["refill_rounds"] = len(rounds) - 1
@@ -244,6 +247,23 @@ class GRPOTrainer(Trainer):
             advantage = mine[0] if len(mine) == 1 else mine
             t.metadata.update(reward=r.total, rewards=r.components, advantage=advantage, step=self.step_count)
         return _Round(owners, episodes, results, samples, keep)
+
+    def _whiten(self, samples: list[Sample], by_tokens: bool, eps: float = 1e-8) -> None:
+        """``a ← (a − mean) / (std + eps)`` over ``samples`` on every process, each counted once or once
+        per policy token (population std)."""
+        if any(not isinstance(s.advantage, (int, float)) for s in samples):
+            raise RagrlError("train.grpo.whiten needs one advantage per sample, not one per token")
+        a = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float64)
+        w = torch.tensor(
+            [float(sum(s.loss_mask)) if by_tokens else 1.0 for s in samples], dtype=torch.float64
+        )
+        total = self.global_sum(float(w.sum()))
+        if total == 0:
+            return
+        mean = self.global_sum(float((w * a).sum())) / total
+        var = max(self.global_sum(float((w * (a - mean) ** 2).sum())) / total, 0.0)
+        for s, x in zip(samples, ((a - mean) / (math.sqrt(var) + eps)).tolist(), strict=True):
+            s.advantage = x
 
     def _update(self, samples: list[Sample]) -> dict[str, float]:
         """μ passes of minibatch updates over the kept samples; returns the update's metrics."""
@@ -429,6 +449,15 @@ def _chunks(items: list[int], size: int) -> list[list[int]]:
 def _avg(rows: list[dict[str, Any]], key: str) -> float:
     values = [float(r[key]) for r in rows if key in r]
     return math.fsum(values) / len(values) if values else 0.0
+
+
+def _reduce_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    """Per key: the min of ``*_min`` values, the max of ``*_max`` values, else the mean."""
+    out = {}
+    for k in sorted({k for d in dicts for k in d}):
+        values = [d[k] for d in dicts if k in d]
+        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else _avg(dicts, k)
+    return out
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
