@@ -161,3 +161,24 @@ def test_peak_memory() -> None:
 
 def test_training_diverged_is_a_ragrl_error() -> None:
     assert issubclass(TrainingDiverged, RagrlError)  # the CLI prints it instead of a traceback
+
+
+def test_cosine_to_a_floor() -> None:
+    """TIRESRAG-R1's schedule: cosine from lr to 0.1·lr (no warmup here), the floor reached at the end."""
+    model = torch.nn.Linear(2, 1)
+    opt, sched = make_optimizer(model, OptimConfig(lr=1.0, schedule="cosine", min_lr_ratio=0.1), 4)
+    lrs = []
+    for _ in range(4):
+        opt.step()
+        sched.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    want = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(1, 5)]
+    assert lrs == pytest.approx(want) and lrs[-1] == pytest.approx(0.1)
+
+
+def test_a_floor_needs_cosine() -> None:
+    from ragrl.methods import load_method
+
+    with pytest.raises(RagrlError, match="min_lr_ratio must be in"):
+        load_method("search_r1-tiny", ["train.optim.min_lr_ratio=0.1"])
+    assert load_method("tiresrag").train.optim.min_lr_ratio == 0.1

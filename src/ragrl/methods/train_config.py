@@ -62,6 +62,8 @@ class OptimConfig:
     eps: float = 1e-8
     schedule: str = "constant"
     """``constant``, ``linear`` or ``cosine`` decay after warmup (transformers' schedulers)."""
+    min_lr_ratio: float = 0.0
+    """``cosine`` only: decay to this fraction of ``lr`` instead of 0 (TIRESRAG-R1's 0.1)."""
     warmup_steps: int = 0
     max_grad_norm: float | None = 1.0
 
@@ -302,6 +304,13 @@ class TrainConfig:
                 raise RagrlError(
                     f"train.stages[{i}].overrides: not key=value or not allowed in a stage: {bad}"
                 )
+        if not 0.0 <= self.optim.min_lr_ratio < 1.0 or (
+            self.optim.min_lr_ratio and self.optim.schedule != "cosine"
+        ):
+            raise RagrlError(
+                f"train.optim.min_lr_ratio must be in [0, 1) and needs schedule: cosine, got "
+                f"{self.optim.min_lr_ratio} with {self.optim.schedule}"
+            )
         if self.optim.schedule not in ("constant", "linear", "cosine"):
             raise RagrlError(
                 f"train.optim.schedule must be constant|linear|cosine, got {self.optim.schedule!r}"

@@ -95,8 +95,14 @@ def make_optimizer(model: Any, config: OptimConfig, total_steps: int) -> tuple[A
         params, lr=config.lr, betas=tuple(config.betas), eps=config.eps, weight_decay=config.weight_decay
     )
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[config.schedule]
+    extra: dict[str, Any] = {}
+    if config.min_lr_ratio:  # cosine to a floor (validated: cosine only)
+        name, extra = (
+            "cosine_with_min_lr",
+            {"scheduler_specific_kwargs": {"min_lr_rate": config.min_lr_ratio}},
+        )
     scheduler = get_scheduler(
-        name, optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=max(total_steps, 1)
+        name, optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=max(total_steps, 1), **extra
     )
     return optimizer, scheduler
 
