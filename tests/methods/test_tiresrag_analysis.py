@@ -140,6 +140,14 @@ def test_replayed_text_a_search_that_never_ran_and_earlier_judges():
     [verdict] = analyze_thinking([replayed], [EX])
     assert (verdict.category, verdict.first_sufficient, verdict.searches) == ("overthinking", 1, 2)
 
+    corrected = Trajectory(  # replayed: an observation, blank text, a corrective message, then a turn
+        "q1", [0],
+        [Segment("policy", [], ZORVEX), Segment("env", [], evidence(cuts[1])), Segment("policy", [], "\n"),
+         Segment("env", [], "\nThat was not a valid action.\n"), Segment("policy", [], TOLAN)],
+        [Action("search", "Zorvex", turn=0), Action("answer", "Mira Tolan", turn=1)],
+        final_answer="Mira Tolan", metadata={"replayed_from_text": True},
+    )  # fmt: skip
+    assert len(search_prefixes(corrected)) == 2  # one search, one cut after it (not two)
     cut_short = Trajectory(  # the budget ran out on the search: no documents came back
         "q1", [0], [Segment("policy", [1], ZORVEX)], [Action("search", "Zorvex", turn=0)]
     )

@@ -97,7 +97,7 @@ def search_prefixes(trajectory: Trajectory) -> list[Trajectory]:
                 if turn == 0:
                     cuts.append(cut(i + 1, 0))
             continue
-        ends_observation = i + 1 == len(segments) or segments[i + 1].kind == "policy"
+        ends_observation = i + 1 == len(segments) or id(segments[i + 1]) in turns  # a turn follows
         if turn in search_turns and ends_observation:
             cuts.append(cut(i + 1, turn))
     return cuts or [cut(0, -1)]
