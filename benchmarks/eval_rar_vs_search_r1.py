@@ -31,18 +31,10 @@ averaged over the seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 from pathlib import Path
 
-from tiny_setup import open_workdir, scores, training_summary, warm_start_then_grpo, world
-
-from ragrl.data.io import read_examples
-from ragrl.methods import load_method
-from ragrl.retrieval.base import load_retriever
-from ragrl.synth.demonstrators import OracleDemonstrator
-from ragrl.train.demo import DEFAULT_COPY_STEPS
+from tiny_setup import add_comparison_args, compare_arm, print_results, run_comparison
 
 ARMS = {
     "search_r1": ("search_r1-tiny", []),
@@ -67,68 +59,28 @@ COLUMNS = ("em", "em_answerable", "top_answer_share", "unknown_rate", "searches_
            "valid_searches", "answer_rate", "evaluate_contains_gold")  # fmt: skip
 
 
-def run(
-    workdir: Path, seed: int, arm: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str]
-) -> dict:
-    data, index, model_dir = world(workdir, seed, copy_steps)
-    train = read_examples(data / "train.jsonl")[0]
-    test = read_examples(data / "test.jsonl")[0]
-    retriever = load_retriever(index)
-    out = workdir / f"{arm}-{seed}"
-    config_name, arm_overrides = ARMS[arm]
-    method = load_method(
-        config_name,
-        [*COMMON, *arm_overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
-         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
+def run(workdir: Path, seed: int, arm: str, args: argparse.Namespace) -> dict:
+    config, overrides = ARMS[arm]
+    return compare_arm(
+        workdir, seed, arm, config, [*COMMON, *overrides], sft_steps=args.sft_steps, extra=args.overrides,
+        steps=args.steps, copy_steps=args.copy_steps, columns=COLUMNS,
     )  # fmt: skip
-    t0 = time.perf_counter()
-    oracle = method.oracle or OracleDemonstrator()  # Search-R1 plays the world's search oracle
-    grpo = warm_start_then_grpo(method, oracle, train, retriever, out)
-    before = scores(grpo.backend, retriever, method, test, COLUMNS)
-    grpo.train()
-    after = scores(grpo.backend, retriever, method, test, COLUMNS)
-    return {"seed": seed, "arm": arm, "n_test": len(test), "before": before, "after": after,
-            "training": training_summary(out / "metrics.jsonl"),
-            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--sft-steps", type=int, default=100)
-    ap.add_argument("--steps", type=int, default=30)
+    add_comparison_args(ap, sft_steps=100, steps=30)
     ap.add_argument("--ablation", action="store_true", help="also run Eval-RAR without the evaluation reward")
     ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=None, help="the arms to run (default: "
                     "search_r1 and eval_rar, plus eval_rar_no_eval with --ablation)")  # fmt: skip
-    ap.add_argument(
-        "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
-    )
-    ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
     args = ap.parse_args()
     arms = args.arms or ["search_r1", "eval_rar", *(["eval_rar_no_eval"] if args.ablation else [])]
-    tmp, workdir = open_workdir(args.workdir, "ragrl-eval-rar-vs-search-r1-")
-    results = []
-    for seed in args.seeds:
-        for arm in arms:
-            r = run(workdir, seed, arm, args.sft_steps, args.steps, args.copy_steps, args.overrides)
-            results.append(r)
-            print(json.dumps(r), flush=True)
-    (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")
-    train_cols = ("zero_variance_frac", "searches_first10", "searches_last10")
-    print(f"\n| seed | arm | questions | phase | {' | '.join(COLUMNS)} | {' | '.join(train_cols)} |")
-    print("|---|---|---|---|" + "---|" * (len(COLUMNS) + len(train_cols)))
-    for r in results:
-        for phase in ("before", "after"):
-            cells = " | ".join(str(r[phase].get(k, "—")) for k in COLUMNS)
-            train = " | ".join(str(r["training"][k]) if phase == "after" else "" for k in train_cols)
-            print(f"| {r['seed']} | {r['arm']} | {r['n_test']} | {phase} | {cells} | {train} |")
+    results = run_comparison(args, arms, "ragrl-eval-rar-vs-search-r1-", run)
+    print_results(results, COLUMNS, ("zero_variance_frac", "searches_first10", "searches_last10"))
 
     def avg(arm: str, key: str) -> float:
         return statistics.mean(r["after"][key] for r in results if r["arm"] == arm)
 
-    if tmp is not None:
-        tmp.cleanup()
     if not {"search_r1", "eval_rar"} <= set(arms):
         return
     em_gap = 100 * (avg("eval_rar", "em") - avg("search_r1", "em"))

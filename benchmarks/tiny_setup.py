@@ -2,7 +2,9 @@
 (seed 0, small) and a tiny policy of a given width and depth, built once and reused; and what the
 method comparisons share: a seed's world, index and copy-pre-trained policy (``world``), the
 warm-start-then-GRPO pipeline each arm runs, the held-out scores with the collapse check (``scores``)
-and a summary of the training log (``training_summary``)."""
+and a summary of the training log (``training_summary``); one arm run end to end (``compare_arm``), the
+comparisons' shared command line (``add_comparison_args``), their seed × arm loop (``run_comparison``)
+and results table (``print_results``)."""
 
 from __future__ import annotations
 
@@ -10,19 +12,23 @@ import argparse
 import json
 import statistics
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragrl.data.io import read_corpus
+from ragrl.data.io import read_corpus, read_examples
 from ragrl.eval.runner import evaluate
 from ragrl.llm.tiny import CopyPretraining, TinyConfig, create_tiny_policy
-from ragrl.methods import vocabulary_texts
+from ragrl.methods import load_method, vocabulary_texts
 from ragrl.metrics.normalize import normalize
+from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.synth import generate_world
+from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.train.base import collapse_check
+from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 
 def add_model_args(ap: argparse.ArgumentParser) -> None:
@@ -131,3 +137,72 @@ def training_summary(metrics: Path, extra: Sequence[str] = ()) -> dict[str, floa
     }
     out.update({key: mean(key, rows) for key in extra if rows and all(key in r for r in rows)})
     return out
+
+
+def compare_arm(
+    workdir: Path, seed: int, arm: str, config: str, overrides: Sequence[str], *, sft_steps: int, steps: int,
+    copy_steps: int, columns: Sequence[str], training: Sequence[str] = (), extra: Sequence[str] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """One arm of a method comparison on seed ``seed``'s world: the packaged ``config`` with
+    ``overrides`` (then the seed's paths and the step counts, then ``extra``: the user's ``--set``), a
+    warm start on the method's oracle (the world's search oracle when it has none), then
+    GRPO; the held-out ``scores`` before and after, and the ``training_summary`` (with ``training``)."""
+    data, index, model_dir = world(workdir, seed, copy_steps)
+    train = read_examples(data / "train.jsonl")[0]
+    test = read_examples(data / "test.jsonl")[0]
+    retriever = load_retriever(index)
+    out = workdir / f"{arm}-{seed}"
+    method = load_method(
+        config,
+        [*overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
+         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    grpo = warm_start_then_grpo(method, method.oracle or OracleDemonstrator(), train, retriever, out)
+    before = scores(grpo.backend, retriever, method, test, columns)
+    grpo.train()
+    after = scores(grpo.backend, retriever, method, test, columns)
+    return {"seed": seed, "arm": arm, "n_test": len(test), "before": before, "after": after,
+            "training": training_summary(out / "metrics.jsonl", training),
+            "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+
+
+def add_comparison_args(ap: argparse.ArgumentParser, *, sft_steps: int, steps: int) -> None:
+    """``--seeds``, ``--sft-steps``, ``--steps``, ``--copy-steps``, ``--workdir`` and ``--set``."""
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--sft-steps", type=int, default=sft_steps)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument(
+        "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
+    )
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
+
+
+def run_comparison(
+    args: argparse.Namespace, arms: Sequence[str], prefix: str, run: Callable[..., dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``run(workdir, seed, arm, args)`` for every seed and arm, each result printed as a JSON line as it
+    comes; all of them written to ``results.jsonl`` in the work folder (temporary unless ``--workdir``)."""
+    tmp, workdir = open_workdir(args.workdir, prefix)
+    results = []
+    for seed in args.seeds:
+        for arm in arms:
+            r = run(workdir, seed, arm, args)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")
+    if tmp is not None:
+        tmp.cleanup()
+    return results
+
+
+def print_results(results: Sequence[dict[str, Any]], columns: Sequence[str], training: Sequence[str]) -> None:
+    """A markdown table: one row per run and phase (before, after), ``training`` on the after rows."""
+    print(f"\n| seed | arm | questions | phase | {' | '.join(columns)} | {' | '.join(training)} |")
+    print("|---|---|---|---|" + "---|" * (len(columns) + len(training)))
+    for r in results:
+        for phase in ("before", "after"):
+            cells = " | ".join(str(r[phase].get(k, "—")) for k in columns)
+            train = " | ".join(str(r["training"].get(k, "—")) if phase == "after" else "" for k in training)
+            print(f"| {r['seed']} | {r['arm']} | {r['n_test']} | {phase} | {cells} | {train} |")
