@@ -4,6 +4,10 @@ Commands are the top layer: they may use every package below, and nothing import
 ``ragrl.cli``.
 """
 
+from typing import Annotated
+
+import typer
+
 from ragrl.methods import available_methods
 
 METHOD_CHOICES = f"a packaged config ({', '.join(available_methods())}) or a YAML path"
@@ -19,3 +23,11 @@ CONFIG_EPILOG = (
     "Every key and its default: docs/training.md; a run's resolved config: <out>/config.yaml."
 )
 """The epilog of ``ragrl train / sft / dpo --help``."""
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override a config value: --set train.optim.lr=1e-5 (repeatable)."
+    ),
+]
+"""The ``--set KEY=VALUE`` option of the commands that load a method config."""

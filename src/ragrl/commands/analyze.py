@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ragrl.commands import SetOption
 from ragrl.console import console
 from ragrl.errors import RagrlError
 
@@ -25,14 +26,7 @@ def analyze_thinking_command(
         str,
         typer.Option(help="Method config whose tiresrag_sufficiency component sets the judge and prompts."),
     ] = "tiresrag",
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="Config override, e.g. 'reward.2.judge={kind: openai, base_url: ..., model: ...}'.",
-        ),
-    ] = None,
+    set_: SetOption = None,
     out: Annotated[
         Path | None, typer.Option(help="Write each episode's verdict here (jsonl: category, cuts' verdicts).")
     ] = None,

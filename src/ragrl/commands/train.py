@@ -8,18 +8,12 @@ from typing import Annotated
 
 import typer
 
-from ragrl.commands import METHOD_CHOICES
+from ragrl.commands import METHOD_CHOICES, SetOption
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
-SetOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set", metavar="KEY=VALUE", help="Override a config value: --set train.optim.lr=1e-5 (repeatable)."
-    ),
-]
 ResumeOption = Annotated[
     str | None,
     typer.Option(help="Resume from 'latest' (the newest checkpoint of the run folder) or a checkpoint path."),

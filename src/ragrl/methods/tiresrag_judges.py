@@ -192,6 +192,10 @@ def _judge_spec(judge: dict[str, Any] | None, component: str) -> dict[str, Any] 
     return spec
 
 
+def _chat(system: str, user: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def _judged(
     component: str,
     spec: dict[str, Any],
@@ -224,19 +228,10 @@ def sufficiency_reward(
     if spec is None:
         return [proxy_sufficiency(t, e) for t, e in zip(trajectories, examples, strict=True)]
     requests = [
-        [
-            {"role": "system", "content": system},
-            {
-                "role": "user",
-                "content": template.format(
-                    question=e.question,
-                    answer=e.answers[0] if e.answers else "",
-                    context=judge_inputs(t)["context"],
-                ),
-            },
-        ]
+        _chat(system, template.format(question=e.question, answer=e.answers[0] if e.answers else "",
+                                      context=judge_inputs(t)["context"]))
         for t, e in zip(trajectories, examples, strict=True)
-    ]
+    ]  # fmt: skip
     return _judged("tiresrag_sufficiency", spec, trajectories, requests, parse_sufficiency)
 
 
@@ -253,13 +248,13 @@ def thinking_reward(
     spec = _judge_spec(judge, "tiresrag_thinking")
     if spec is None:
         return [proxy_thinking(t) for t in trajectories]
-    requests = []
-    for t, e in zip(trajectories, examples, strict=True):
-        seen = judge_inputs(t)
-        user = template.format(
-            information=seen["information"], question=e.question, thinking=seen["thinking"]
+    seen = [judge_inputs(t) for t in trajectories]
+    requests = [
+        _chat(
+            system, template.format(information=x["information"], question=e.question, thinking=x["thinking"])
         )
-        requests.append([{"role": "system", "content": system}, {"role": "user", "content": user}])
+        for x, e in zip(seen, examples, strict=True)
+    ]
     return _judged("tiresrag_thinking", spec, trajectories, requests, parse_thinking)
 
 
