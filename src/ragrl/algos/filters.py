@@ -53,9 +53,18 @@ def drop_zero_variance(
 
 @register_filter("drop_saturated")
 def drop_saturated(scores: Tensor, group_ids: Tensor, *, low: float = 0.1, high: float = 0.9) -> Tensor:
+    below, above = saturated_groups(scores, group_ids, low=low, high=high)
+    _, groups = batch_groups(scores, group_ids)
+    return ~(below | above)[groups.inverse]
+
+
+def saturated_groups(
+    scores: Tensor, group_ids: Tensor, *, low: float = 0.1, high: float = 0.9
+) -> tuple[Tensor, Tensor]:
+    """Per group (in ``Groups`` order): whether every score is ``≤ low``, and whether every one is
+    ``≥ high`` (what ``drop_saturated`` drops, the two kinds apart for logging)."""
     s, groups = batch_groups(scores, group_ids)
-    keep = (groups.max(s) > low) & (groups.min(s) < high)
-    return keep[groups.inverse]
+    return groups.max(s) <= low, groups.min(s) >= high
 
 
 def group_stats(rewards: Tensor, group_ids: Tensor) -> dict[str, float]:

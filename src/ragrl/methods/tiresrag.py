@@ -66,6 +66,7 @@ import torch
 from torch import Tensor
 
 from ragrl.algos.advantages import batch_groups, difficulty_weight, grpo, grpo_mean_only, register_advantage
+from ragrl.algos.filters import saturated_groups
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
@@ -200,9 +201,7 @@ def diagnostics(trajectory: Trajectory, example: Example, prefill: str = "") -> 
     answers = trajectory.answers
     out["answers"] = float(len(answers))
     out["format_valid"] = float(format_valid(trajectory, prefill))
-    right = (
-        [cover_em(a, example.answers, VARIANT) == 1.0 for a in (answers[0], answers[-1])] if answers else []
-    )
+    right = [answer_right(a, example.answers) for a in (answers[0], answers[-1])] if answers else []
     reflected = len(answers) > 1
     out["reflect/none"] = float(not reflected)
     out["reflect/wrong_to_right"] = float(reflected and not right[0] and right[1])
@@ -237,6 +236,7 @@ def step_diagnostics(
     if not results:
         return out
     group_ids = torch.tensor([t.metadata["group"] for t in trajectories])
+    totals = torch.tensor([r.total for r in results], dtype=torch.float32)
     components = {
         key: torch.tensor([r.components[key] for r in results], dtype=torch.float32)
         for key in results[0].components
@@ -246,15 +246,14 @@ def step_diagnostics(
     if grpo_config.group_filter == "drop_saturated":
         edges.update(grpo_config.group_filter_params)
         on = grpo_config.group_filter_on
-    scores = torch.tensor([r.total for r in results]) if on == "total" else components.get(on)
+    scores = totals if on == "total" else components.get(on)
     if scores is not None:
-        f1s, groups = batch_groups(scores, group_ids)
-        out["filter/low_frac"] = float((groups.max(f1s) <= edges["low"]).float().mean())
-        out["filter/high_frac"] = float((groups.min(f1s) >= edges["high"]).float().mean())
+        below, above = saturated_groups(scores, group_ids, **edges)
+        out["filter/low_frac"] = float(below.float().mean())
+        out["filter/high_frac"] = float(above.float().mean())
     if sufficiency in components:
         correct = [
-            t.final_answer is not None and cover_em(t.final_answer, e.answers, VARIANT) == 1.0
-            for t, e in zip(trajectories, examples, strict=True)
+            answer_right(t.final_answer, e.answers) for t, e in zip(trajectories, examples, strict=True)
         ]
         sufficient = [r.components[sufficiency] >= 0.5 for r in results]
         for c_name, c in (("correct", True), ("wrong", False)):
@@ -262,25 +261,15 @@ def step_diagnostics(
                 cell = [x == c and y == s for x, y in zip(correct, sufficient, strict=True)]
                 out[f"suff/{c_name}_{s_name}"] = sum(cell) / len(cell)
     if grpo_config.advantage == "tiresrag":
-        rewards = torch.tensor([r.total for r in results], dtype=torch.float32)
+        params = grpo_config.advantage_params
         terms = advantage_terms(
-            rewards,
-            group_ids,
-            components=components,
-            weights=results[0].weights,
-            **grpo_config.advantage_params,
+            totals, group_ids, components=components, weights=results[0].weights, **params
         )
-        _, groups = batch_groups(rewards, group_ids)
-        w = groups.mean(terms["weight"])
+        _, groups = batch_groups(totals, group_ids)
+        w, pen = groups.mean(terms["weight"]), terms["penalty"]
         out.update({"adv/W_mean": float(w.mean()), "adv/W_min": float(w.min()), "adv/W_max": float(w.max())})
-        pen = terms["penalty"]
-        out.update(
-            {
-                "adv/penalty_mean": float(pen.mean()),
-                "adv/penalty_max": float(pen.max()),
-                "adv/penalty_share": float((pen > 0).float().mean()),
-            }
-        )
+        out.update({"adv/penalty_mean": float(pen.mean()), "adv/penalty_max": float(pen.max()),
+                    "adv/penalty_share": float((pen > 0).float().mean())})  # fmt: skip
     return out
 
 
@@ -348,6 +337,12 @@ def answer_f1(prediction: str, golds: list[str]) -> float:
     return float(f1(prediction, golds, variant=VARIANT)[0])
 
 
+def answer_right(answer: str | None, golds: list[str]) -> bool:
+    """Cover-EM with the method's normalization: every token of some gold answer is in the answer (the
+    "right" of the paper's R^R, the reflection transitions, the 2×2 and the §4 analysis)."""
+    return answer is not None and cover_em(answer, golds, VARIANT) == 1.0
+
+
 @register_reward("tiresrag_answer")
 def answer_reward(
     trajectory: Trajectory, example: Example, ctx: RewardContext, no_answer: str = "zero"
@@ -374,11 +369,10 @@ def reflection_value(answers: list[str], golds: list[str], mode: str = "paper") 
     if mode == "paper":
         if len(answers) < 2:
             return 0.0
-        before, after = cover_em(first, golds, VARIANT), cover_em(last, golds, VARIANT)
-        return float(after - before)  # +1 wrong → right, −1 right → wrong, else 0
+        return float(answer_right(last, golds)) - float(answer_right(first, golds))  # +1, −1 or 0
 
     def ok(answer: str) -> bool:
-        return answer_f1(answer, golds) > 0.5 or cover_em(answer, golds, VARIANT) == 1.0
+        return answer_f1(answer, golds) > 0.5 or answer_right(answer, golds)
 
     if len(answers) == 1:
         return 0.0 if ok(first) else -1.0

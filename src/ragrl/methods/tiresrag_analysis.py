@@ -34,14 +34,13 @@ from typing import Any
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag import VARIANT, turn_segments
+from ragrl.methods.tiresrag import answer_right, turn_segments
 from ragrl.methods.tiresrag_judges import (
     SUFFICIENCY_SYSTEM,
     SUFFICIENCY_TEMPLATE,
     judge_parse_failures,
     sufficiency_reward,
 )
-from ragrl.metrics.answer import cover_em
 from ragrl.rewards.registry import RewardContext
 from ragrl.rollout.trajectory import Trajectory
 
@@ -142,8 +141,7 @@ def analyze_thinking(
         sufficient = verdicts[lo:hi]
         searches = hi - lo - 2  # the cuts after a search that ran (the cut before any, and the whole, aside)
         category, first = categorize(sufficient, searches)
-        answer = t.final_answer
-        correct = answer is not None and cover_em(answer, e.answers, VARIANT) == 1.0
+        correct = answer_right(t.final_answer, e.answers)
         out.append(
             ThinkingVerdict(
                 t.example_id, category, correct, searches, first, sufficient, sum(unreadable[lo:hi])

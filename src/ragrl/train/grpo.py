@@ -372,7 +372,7 @@ class GRPOTrainer(Trainer):
             )
         ]
         rows = gather_object(rows) if self.acc.num_processes > 1 else rows
-        update = _mean_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
+        update = _reduce_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
         all_rewards = torch.tensor([r["reward"] for r in rows])
         groups = group_stats(all_rewards, torch.tensor([r["group"] for r in rows]))
         out: dict[str, Any] = {"reward": _avg(rows, "reward")}
@@ -458,8 +458,3 @@ def _reduce_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
         values = [d[k] for d in dicts if k in d]
         out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else _avg(dicts, k)
     return out
-
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for d in dicts for k in d}
-    return {k: _avg(dicts, k) for k in sorted(keys)}
