@@ -139,9 +139,10 @@ def eval_command(
         Path | None, typer.Option(help="Output directory (default runs/eval-<method>-<time>).")
     ] = None,
     demonstrator: Annotated[
-        Literal["oracle", "heuristic"] | None,
+        Literal["oracle", "heuristic", "single_step"] | None,
         typer.Option(
-            help="Run a scripted demonstrator of the synthetic world instead of the model.",
+            help="Run a scripted policy instead of the model: the synthetic world's oracle or heuristic "
+            "demonstrator, or the method's own (R²AG: oracle, single_step).",
         ),
     ] = None,
     world: Annotated[
@@ -216,10 +217,18 @@ def eval_command(
         from ragrl.rollout.scripted import DemonstratorBackend
 
         tokenizer = load_tokenizer(model)
-        policy: Any = DemonstratorBackend.for_examples(
-            tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
-            retriever, method_obj.rollout.k,
-        )  # fmt: skip
+        if method_obj.scripted is not None:
+            if demonstrator not in method_obj.scripted:
+                raise RagrlError(
+                    f"--demonstrator {demonstrator}: the {method_obj.name} method plays "
+                    f"{', '.join(sorted(method_obj.scripted))}"
+                )
+            policy: Any = method_obj.scripted[demonstrator](tokenizer)
+        else:
+            policy = DemonstratorBackend.for_examples(
+                tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
+                retriever, method_obj.rollout.k,
+            )  # fmt: skip
     elif backend == "vllm":
         from ragrl.llm.vllm_backend import VLLMBackend
 

@@ -138,7 +138,8 @@ def evaluate(
     The examples are rolled out ``chunk`` at a time, calling ``on_progress(done, total)`` after each
     chunk. Groups are numbered globally, so every episode keeps its seed whatever ``chunk`` is (a backend
     that pads prompts into batches may still differ in the last float digits between chunkings)."""
-    config = dataclasses.replace(method.rollout, temperature=temperature, n=1, seed=seed)
+    base = method.rollout if method.eval_rollout is None else method.eval_rollout
+    config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)
     t0 = time.perf_counter()

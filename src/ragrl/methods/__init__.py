@@ -150,6 +150,24 @@ class Method:
     or evaluated on (ARENA attaches the gold reference ids and applies its rule for unresolvable
     evidence, reporting what it drops); ``where`` names the source for messages."""
 
+    scripted: Any = None
+    """Optional ``{name: fn(tokenizer) -> backend}``: the method's own scripted policies, played through
+    its rollout in place of a model (``ragrl eval --demonstrator NAME``; R²AG's steering oracle and
+    single-step retrieval). None: the synthetic world's search demonstrators."""
+
+    eval_rollout: Any = None
+    """Optional rollout settings for evaluation, when they differ from training's beyond greediness and
+    one sample (R²AG trains one expansion of a tree state and evaluates whole trees); None: ``rollout``."""
+
+    task_source: Any = None
+    """Optional ``fn(examples, seed) -> source``: where the GRPO trainer takes its questions when they
+    grow from what the policy does (R²AG's RR-Forest rounds) rather than from a fixed shuffled list.
+    The source has ``take(k) -> list[Example]`` (the next ``k``, the same on every process),
+    ``grow(episodes, owners) -> list[dict]`` (the JSON records of the items these episodes add),
+    ``add(records)`` (every process's records, in process order), ``done`` (nothing left to train on),
+    ``metrics() -> {name: float}`` (logged each step) and ``state_dict`` / ``load_state_dict`` (saved
+    with every checkpoint, so a resumed run continues exactly)."""
+
     def make_rollout(self, backend: Any, retriever: Any, config: Any = None) -> Any:
         """This method's rollout (``rollout.kind`` in the registry ``ragrl.rollout.registry``) over a
         generation backend and a retriever; ``config`` replaces the method's rollout settings (evaluation

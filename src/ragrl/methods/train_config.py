@@ -125,6 +125,13 @@ class SFTConfig:
     """world.json whose names ``name_swap`` renames (None: next to ``train.data.train``)."""
 
 
+RETRIEVAL_EVAL_METRICS = (
+    *(f"eval/{m}@{k}" for m in ("recall", "full_recall") for k in (2, 5, 10)),
+    "eval/map",
+    "eval/mrr",
+)
+"""The retrieval values of a held-out evaluation record (when the questions have gold passages)."""
+
 EVAL_METRICS = (
     "eval/em",
     "eval/f1",
@@ -133,8 +140,11 @@ EVAL_METRICS = (
     "eval/searches",
     "eval/top_answer_share",
     "eval/n",
+    *RETRIEVAL_EVAL_METRICS,
 )
-"""The numeric values of a held-out evaluation record (``ragrl.train.base.Trainer.evaluate``)."""
+"""The numeric values of a held-out evaluation record (``ragrl.train.base.Trainer.evaluate``); the
+retrieval ones are there when the questions have gold passages, and the method's own diagnostics come
+as ``eval/method/<name>`` (R²AG's ``tree_recall``, ...)."""
 
 
 @dataclass
@@ -278,9 +288,12 @@ class TrainConfig:
             )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
-        if self.best_metric and self.best_metric not in EVAL_METRICS:
+        if self.best_metric and not (
+            self.best_metric in EVAL_METRICS or self.best_metric.startswith("eval/method/")
+        ):
             raise RagrlError(
-                f"train.best_metric names a held-out evaluation value ({', '.join(EVAL_METRICS)}), got "
+                f"train.best_metric names a held-out evaluation value ({', '.join(EVAL_METRICS)}, or a "
+                f"method's eval/method/<name>), got "
                 f"{self.best_metric!r}"
             )
         if self.stages and self.model.lora is not None:

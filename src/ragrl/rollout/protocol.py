@@ -171,6 +171,12 @@ class Protocol(ABC):
         out, so a locally trained tokenizer learns those words (``ragrl.llm.tiny``)."""
         return []
 
+    def replay(self, record: dict[str, Any], path: Any, line: int) -> Trajectory | None:
+        """A protocol whose saved steps carry more than text (R²AG's retrieved ids per query) rebuilds
+        the trajectory of one ``{id, completion, ...}`` record here (``ragrl reward``); errors name
+        ``path`` and ``line``. None (the default): the text alone is replayed."""
+        return None
+
     def parse_followup(self, text: str, turn: int) -> Action:
         """The action recorded for a follow-up generation (see ``followup_stop``)."""
         return Action("followup", content=squash_ws(text), turn=turn)

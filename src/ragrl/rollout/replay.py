@@ -95,5 +95,8 @@ def read_completions(path: str | Path, protocol: Protocol) -> list[Trajectory]:
             raise DataError("must be a string or an integer", path=path, line=line, field="id")
         if not isinstance(record["completion"], str):
             raise DataError("must be a string", path=path, line=line, field="completion")
-        out.append(trajectory_from_completion(str(record["id"]), record["completion"], protocol))
+        custom = protocol.replay(record, path, line)
+        if custom is None:
+            custom = trajectory_from_completion(str(record["id"]), record["completion"], protocol)
+        out.append(custom)
     return out

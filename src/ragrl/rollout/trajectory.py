@@ -61,6 +61,9 @@ class Action:
     retrieved_scores: list[float] = field(default_factory=list)
     error: str | None = None
     """For ``invalid``: what was wrong (shown to the policy in the corrective observation)."""
+    tag: str = ""
+    """The tag the action was written in, where a protocol has several for one kind (R²AG's searches:
+    ``base-Q`` or ``predicted-Q``); empty otherwise."""
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ragrl.errors import RagrlError
 from ragrl.eval.runner import evaluate
 from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
+from ragrl.methods.train_config import RETRIEVAL_EVAL_METRICS, TrainConfig
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import check_prompts
 from ragrl.train.setup import (
@@ -107,6 +107,11 @@ class Trainer:
     def step(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def exhausted(self) -> bool:
+        """Whether the run has nothing left to train on before ``total_steps`` (a method's own source of
+        questions can run out, R²AG's RR-Forest); the run then ends early, evaluated and saved."""
+        return False
+
     # -- shared pieces of a step -------------------------------------------------------------------------
     def global_sum(self, value: float) -> float:
         """Sum of ``value`` over processes (for the global loss normalizer)."""
@@ -158,7 +163,11 @@ class Trainer:
                 "eval/searches": s.get("searches_per_question", 0.0),
                 "eval/n": len(self.eval_examples),
                 **collapse_check(report.rows, self.eval_examples),
+                **{k: s[k[len("eval/") :]] for k in RETRIEVAL_EVAL_METRICS if k[len("eval/") :] in s},
             }
+            pairs = zip(report.trajectories, self.eval_examples, strict=True)
+            for key in dict.fromkeys(k for t, ex in pairs for k in self.method.diagnose(t, ex)):
+                values[f"eval/method/{key}"] = s.get(key, 0.0)
             record = self.log.log("eval", self.step_count, values)
             self.evals.append(record)
             self._keep_if_best(record)
@@ -232,6 +241,10 @@ class Trainer:
         with progress_bar(disable=not self.acc.is_main_process) as bar:
             task = bar.add_task(self.kind.upper(), total=total, completed=self.step_count)
             while self.step_count < stop:
+                if self.exhausted():
+                    if self.acc.is_main_process:
+                        console.print(f"{self.kind}: nothing left to train on after step {self.step_count}")
+                    break
                 metrics = self.step()
                 if cfg.log_every and self.step_count % cfg.log_every == 0:
                     self.log.log(self.kind, self.step_count, metrics)
@@ -246,7 +259,8 @@ class Trainer:
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
         after = bool(self.evals) and self.evals[-1].get("phase") == "after"
-        if self.step_count >= total and not (after and self.evals[-1].get("step") == self.step_count):
+        finished = self.step_count >= total or self.exhausted()
+        if finished and not (after and self.evals[-1].get("step") == self.step_count):
             self.evaluate("after")  # once: a run resumed from its final checkpoint keeps its record
         self.save()
         return self.finish()

@@ -131,6 +131,20 @@ class GRPOTrainer(Trainer):
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
         self.rollout = method.make_rollout(self.backend, self.retriever)
+        self.source = None
+        """The method's own source of questions (``Method.task_source``, R²AG's RR-Forest), or None: the
+        shuffled training set."""
+        if method.task_source is not None:
+            if g.refill_rounds:
+                raise RagrlError(
+                    f"train.grpo.refill_rounds: the {method.name} method trains on its own rounds of "
+                    "questions, which grow from each step's episodes; set refill_rounds to 0"
+                )
+            self.source = method.task_source(self.train_examples, config.seed)
+            self.acc.register_for_checkpointing(self.source)
+
+    def exhausted(self) -> bool:
+        return self.source is not None and self.source.done
 
     # -- the step -------------------------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
@@ -160,6 +174,11 @@ class GRPOTrainer(Trainer):
         episodes = [t for r in rounds for t in r.episodes]
         results = [x for r in rounds for x in r.results]
         owners = [ex for r in rounds for ex in r.owners]
+        if self.source is not None:  # the next round's questions, from every process's episodes
+            records = self.source.grow(episodes, owners)
+            if self.acc.num_processes > 1:
+                records = [r for part in gather_object([records]) for r in part]
+            self.source.add(records)
         diagnostics = [self.method.diagnose(t, ex) for t, ex in zip(episodes, owners, strict=True)]
         used, episode_kept, base = {id(s) for s in kept}, torch.zeros(len(episodes), dtype=torch.bool), 0
         for r in rounds:  # an episode counts as kept when one of its samples went into the update
@@ -179,6 +198,8 @@ class GRPOTrainer(Trainer):
         if self.acc.num_processes > 1:  # each process's whole groups, reduced over processes
             step_diagnostics = _reduce_dicts(gather_object([step_diagnostics]))
         metrics.update(step_diagnostics)
+        if self.source is not None:
+            metrics.update(self.source.metrics())
         metrics["samples"] = int(self.global_sum(sum(len(r.samples) for r in rounds)))
         metrics["refill_rounds"] = len(rounds) - 1
         metrics["rollout_seconds"] = round(t_rollout, 3)
@@ -200,8 +221,11 @@ class GRPOTrainer(Trainer):
         # global and distinct across rounds
         offset = self.acc.process_index * per_process
         first_group = round_index * g.prompts_per_step + offset
-        indices = self.sampler.take(g.prompts_per_step)[offset : offset + per_process]
-        examples = [self.train_examples[i] for i in indices]
+        if self.source is not None:
+            examples = self.source.take(g.prompts_per_step)[offset : offset + per_process]
+        else:
+            indices = self.sampler.take(g.prompts_per_step)[offset : offset + per_process]
+            examples = [self.train_examples[i] for i in indices]
 
         # 2. G episodes per question with the method's rollout and the current policy
         seed = step_seed(cfg.seed, self.step_count, round_index)

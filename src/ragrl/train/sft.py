@@ -36,7 +36,11 @@ def demonstration_trajectories(
 ) -> list[Trajectory]:
     """Play a demonstrator (``next_turn(example, history) -> text``) through the method's protocol and
     the real retriever, tokenized with the policy's tokenizer: SFT data in the exact token layout the
-    policy will see in its own rollouts."""
+    policy will see in its own rollouts. A method's demonstrator that plays its own rollout (R²AG's
+    steering oracle, whose training samples are tree steps) has ``play(method, tokenizer, examples,
+    retriever) -> trajectories``."""
+    if hasattr(demonstrator, "play"):
+        return list(demonstrator.play(method, tokenizer, list(examples), retriever))
     backend = DemonstratorBackend.for_examples(
         tokenizer, demonstrator, examples, method.protocol, retriever, method.rollout.k
     )

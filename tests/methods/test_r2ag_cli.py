@@ -1,0 +1,91 @@
+"""R²AG through the command line: SFT on the steering oracle's tree steps, GRPO through the RR-Forest
+rounds, ``ragrl eval`` of the trees (retrieval metrics, Iter., LLM calls) and of the scripted baselines."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+
+runner = CliRunner()
+
+SMALL = ["train.sft.max_steps=2", "train.sft.batch_size=4", "train.steps=2", "train.grpo.prompts_per_step=2",
+         "train.data.eval_limit=3", "train.eval_every=0", "rollout.n=3"]  # fmt: skip
+
+
+def sets(*items: str) -> list[str]:
+    return [a for item in items for a in ("--set", item)]
+
+
+def paths(world_dir) -> list[str]:  # noqa: ANN001
+    return [f"train.data.train={world_dir / 'train.jsonl'}", f"train.data.eval={world_dir / 'test.jsonl'}",
+            f"train.data.index={world_dir / 'bm25'}"]  # fmt: skip
+
+
+def test_sft_train_and_eval_from_the_cli(world_dir, tmp_path):
+    sft_dir, run_dir, eval_dir = tmp_path / "sft", tmp_path / "grpo", tmp_path / "eval"
+    common = [*paths(world_dir), *SMALL]
+    result = runner.invoke(
+        app,
+        ["sft", "r2ag-tiny", "--demos", "oracle", "--out", str(sft_dir),
+         *sets(f"train.model.path={world_dir / 'model'}", *common)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    demos = [json.loads(line) for line in (sft_dir / "demonstrations.jsonl").read_text().splitlines()]
+    # one demonstration per tree step: the first asks (no context), the last of each tree stops
+    assert all(len([s for s in d["segments"] if s["kind"] == "policy"]) == 1 for d in demos)
+    assert sum(d["metadata"]["tree_step"] == 0 for d in demos) == 400
+    assert {a["kind"] for d in demos for a in d["actions"]} <= {"think", "search", "stop"}
+
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "r2ag-tiny",
+            "--out",
+            str(run_dir),
+            *sets(f"train.model.path={sft_dir / 'policy'}", *common),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    assert len(train) == 2 and "forest/next" in train[0] and "reward/r2ag_ap" in train[0]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    assert {"eval/recall@5", "eval/map", "eval/method/tree_recall", "eval/method/iterations"} <= set(evals[0])
+
+    result = runner.invoke(
+        app,
+        ["eval", "--model", str(run_dir / "policy"), "--data", str(world_dir / "test.jsonl"),
+         "--index", str(world_dir / "bm25"), "--method", "r2ag-tiny", "--n", "4", "--out", str(eval_dir)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    scores = json.loads((eval_dir / "scores.json").read_text())
+    assert scores["method"] == "r2ag"
+    assert {"tree_recall", "tree_full_recall", "tree_map", "docs", "iterations", "llm_calls"} <= set(scores)
+    assert 1 <= scores["iterations"] <= 5
+
+
+def test_the_scripted_baselines_from_the_cli(world_dir, tmp_path):
+    out = {}
+    for name, extra in (("oracle", []), ("single_step", ["--set", "rollout.k=5"])):
+        result = runner.invoke(
+            app,
+            ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl"),
+             "--index", str(world_dir / "bm25"), "--method", "r2ag-tiny", "--demonstrator", name, "--n", "20",
+             "--out", str(tmp_path / name), *extra],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        out[name] = json.loads((tmp_path / name / "scores.json").read_text())
+    # BM25 returns fewer than k when fewer passages match any query word
+    assert 4.5 <= out["single_step"]["docs"] <= 5.0 and out["single_step"]["iterations"] == 1.0
+    assert out["oracle"]["tree_recall"] > out["single_step"]["tree_recall"]
+    result = runner.invoke(
+        app,
+        ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl"),
+         "--index", str(world_dir / "bm25"), "--method", "r2ag-tiny", "--demonstrator", "heuristic",
+         "--n", "2"],
+    )  # fmt: skip
+    assert result.exit_code != 0 and "plays oracle, single_step" in str(result.exception)
