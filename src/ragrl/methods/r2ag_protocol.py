@@ -149,6 +149,8 @@ class R2agProtocol(Protocol):
     stop = ()
 
     def __init__(self, config: R2agProtocolConfig | None = None) -> None:
+        self.shots: list[tuple[Example, str]] = []
+        """Worked steps shown before every prompt (R²AG-p's few-shot prompting; ``with_shots``)."""
         self.config = c = config or R2agProtocolConfig()
         for key, template in (
             ("protocol.user", c.user),
@@ -183,9 +185,22 @@ class R2agProtocol(Protocol):
             out.append(
                 {"role": "system", "content": c.system.format(question=example.question, evidence=docs)}
             )
+        for state, reply in self.shots:
+            shown = self.evidence(context_passages(state))
+            out.append(
+                {"role": "user", "content": c.user.format(question=state.question.strip(), evidence=shown)}
+            )
+            out.append({"role": "assistant", "content": reply})
         out.append(
             {"role": "user", "content": c.user.format(question=example.question.strip(), evidence=docs)}
         )
+        return out
+
+    def with_shots(self, shots: Sequence[tuple[Example, str]]) -> R2agProtocol:
+        """This protocol with worked steps in front of every prompt: each a tree state (its question and
+        context) and the steering text written for it (``r2ag_steering.oracle_shots``)."""
+        out = R2agProtocol(self.config)
+        out.shots = list(shots)
         return out
 
     def reader_messages(self, example: Example, passages: Sequence[Any]) -> list[dict[str, str]]:

@@ -12,8 +12,8 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import Generation, SamplingParams
-from ragrl.methods.r2ag_protocol import NONE_SENTINEL, SCRIPTED_THOUGHTS, STOP_SENTINEL, Steering
-from ragrl.methods.r2ag_tree import split_steps
+from ragrl.methods.r2ag_protocol import CONTEXT_KEY, NONE_SENTINEL, SCRIPTED_THOUGHTS, STOP_SENTINEL, Steering
+from ragrl.methods.r2ag_tree import RRT, TREE_KEY, split_steps
 from ragrl.rollout.protocol import squash_ws
 from ragrl.rollout.scripted import scripted_generation
 from ragrl.rollout.trajectory import Trajectory
@@ -91,6 +91,43 @@ class SteeringOracle:
         return [step for tree in rollout.run(examples, n=1, seed=0) for step in split_steps(tree)]
 
 
+def oracle_shots(
+    method: Any,
+    tokenizer: Any,
+    pool: Sequence[Example],
+    retriever: Any,
+    *,
+    max_docs: int = 2,
+    chars: int = 300,
+) -> list[tuple[Example, str]]:
+    """Worked steps for few-shot steering (R²AG-p): the oracle's trees on ``pool`` questions, one shot of
+    each kind the model must write, each from the first tree that has it: a first step (no evidence, the
+    first hop asked), a later step (evidence found, the next hop asked) and a stop. A shot's context
+    keeps the last ``max_docs`` documents found before the step, each cut to ``chars`` characters, to keep
+    prompts short."""
+    config = dataclasses.replace(method.eval_rollout or method.rollout, temperature=0.0, n=1)
+    trees = method.make_rollout(SteererBackend(tokenizer, SteeringOracle()), retriever, config).run(
+        list(pool), n=1
+    )
+    eos = tokenizer.eos_token or ""
+    shots: dict[str, tuple[Example, str]] = {}
+    for tree, example in zip(trees, pool, strict=True):
+        vertices = RRT.from_records(example.question, tree.metadata.get(TREE_KEY) or []).vertices
+        for t, step in enumerate(split_steps(tree)):
+            kinds = {a.kind for a in step.actions}
+            kind = "stop" if "stop" in kinds else "first" if t == 0 else "next"
+            if kind in shots or (kind != "stop" and "search" not in kinds):
+                continue
+            found = {d["id"]: d for v in vertices if v.depth <= t for d in v.docs}
+            context = [{**d, "text": d["text"][:chars]} for d in list(found.values())[-max_docs:]]
+            state = dataclasses.replace(example, metadata={**example.metadata, CONTEXT_KEY: context})
+            shots[kind] = (
+                state,
+                step.segments[0].text.replace(eos, "").strip() if eos else step.segments[0].text.strip(),
+            )
+    return [shots[k] for k in ("first", "next", "stop") if k in shots]
+
+
 class SingleStepSteering:
     """Single-step retrieval (SR@N) through the tree: one step that queries the question itself and
     stops; with ``rollout.k = N`` the tree holds the question's top-N documents."""
@@ -106,10 +143,12 @@ STEERERS = {"oracle": SteeringOracle, "single_step": SingleStepSteering}
 
 class SteererBackend:
     """Plays a scripted steerer (``steer(example, context, history) -> str``) through ``R2agRollout``;
-    its text is cut and tokenized as a model's generation would be (``scripted_generation``)."""
+    its text is cut and tokenized as a model's generation would be (``scripted_generation``). A
+    ``reader`` (a generation backend with the same tokenizer) answers from the tree when the rollout
+    reads (``rollout.read``): scripted retrieval, a model's QA on top of it."""
 
-    def __init__(self, tokenizer: Any, steerer: Any) -> None:
-        self.tokenizer, self.steerer = tokenizer, steerer
+    def __init__(self, tokenizer: Any, steerer: Any, reader: Any = None) -> None:
+        self.tokenizer, self.steerer, self.reader = tokenizer, steerer, reader
 
     def steer_batch(self, states: Sequence[Any], params: SamplingParams) -> list[Generation]:
         """One steering step of each tree state (``example``, ``context``, ``history`` of its steps)."""
@@ -117,4 +156,9 @@ class SteererBackend:
         return [scripted_generation(self.tokenizer, t, params)[0] for t in texts]
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        raise RagrlError(f"the scripted steerer {type(self.steerer).__name__} cannot answer (rollout.read)")
+        if self.reader is None:
+            raise RagrlError(
+                f"the scripted steerer {type(self.steerer).__name__} cannot answer: give it a reader model "
+                "(rollout.read)"
+            )
+        return self.reader.generate(prompts, params)
