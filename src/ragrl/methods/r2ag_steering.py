@@ -42,8 +42,8 @@ class SteeringOracle:
     passages already in the context: a state of the RR-Forest) and whose dependencies are done (a
     sub-question depends on step k when it says ``#k`` or names step k's gold answer), with the gold
     answers filled in; when every sub-question is done it writes ``stop retrieval``. Without a
-    decomposition (HotpotQA, 2Wiki) it asks for the title of each supporting passage not in the context,
-    all in one step. It predicts nothing."""
+    decomposition (HotpotQA, 2Wiki) it asks for the title of the first supporting passage not asked for
+    and not in the context, one a step (each hop, in the supporting facts' order). It predicts nothing."""
 
     name = "oracle"
 
@@ -56,7 +56,7 @@ class SteeringOracle:
 
             found = {d["title"] for d in context if d["id"] in example.supporting_ids}
             titles = [t for t in supporting_titles(example) if t not in asked and t not in found]
-            return steering_text(titles, stop=not titles)
+            return steering_text(titles[:1], stop=not titles)
         answers = [s.answers[0] if s.answers else "" for s in steps]
         questions = [
             _STEP_REF.sub(
