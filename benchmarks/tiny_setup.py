@@ -146,7 +146,8 @@ def compare_arm(
     """One arm of a method comparison on seed ``seed``'s world: the packaged ``config`` with
     ``overrides`` (then the seed's paths and the step counts, then ``extra``: the user's ``--set``), a
     warm start on the method's oracle (the world's search oracle when it has none), then
-    GRPO; the held-out ``scores`` before and after, and the ``training_summary`` (with ``training``)."""
+    GRPO; the held-out ``scores`` before and after, and the ``training_summary`` (with ``training``).
+    Both question sets are the method's own (``Method.prepare_examples``, as ``ragrl eval`` has them)."""
     data, index, model_dir = world(workdir, seed, copy_steps)
     train = read_examples(data / "train.jsonl")[0]
     test = read_examples(data / "test.jsonl")[0]
@@ -157,6 +158,8 @@ def compare_arm(
         [*overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
          f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
     )  # fmt: skip
+    train = method.prepare_examples(train, "train")  # the questions the method trains and is scored on
+    test = method.prepare_examples(test, "test")
     t0 = time.perf_counter()
     grpo = warm_start_then_grpo(method, method.oracle or OracleDemonstrator(), train, retriever, out)
     before = scores(grpo.backend, retriever, method, test, columns)

@@ -433,3 +433,26 @@ def test_whitening_normalises_what_reaches_the_update(world_dir, tmp_path):
     assert [s.advantage for s in by_token] == pytest.approx(((a - tokens.mean()) / tokens.std()).tolist())
     metrics = trainer.step()  # a whole step runs whitened
     assert math.isfinite(metrics["loss"])
+
+
+def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(world_dir, tmp_path):
+    # eval/n never changes, and a tie keeps the earlier best: the evaluation before training stays best
+    method = small_method(
+        world_dir, tmp_path / "run", "train.steps=6", "train.eval_every=1", "train.data.eval_limit=2",
+        "train.best_metric=eval/n", "train.patience=2",
+    )  # fmt: skip
+    method.train.data.eval = str(world_dir / "dev.jsonl")
+    summary = GRPOTrainer(method, method.train).train()
+    assert summary["steps"] == 2 and summary["best"]["step"] == 0
+    phases = [r["phase"] for r in records(tmp_path / "run", "eval")]
+    assert phases == ["before", "train", "train", "after"]
+    again = GRPOTrainer(method, method.train)
+    assert again.train(resume="latest")["steps"] == 2
+    assert [r["phase"] for r in records(tmp_path / "run", "eval")] == phases
+
+
+def test_patience_needs_a_best_metric(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    with pytest.raises(RagrlError, match="train.patience must be >= 0 and needs train.best_metric"):
+        small_method(world_dir, tmp_path / "run", "train.patience=2")

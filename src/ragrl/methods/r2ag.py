@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ragrl.methods import (
-    Method,
-    load_method_config,
-    r2ag_reward,  # noqa: F401  (registers Eq. 5's components)
-    to_dataclass,
-)
+from ragrl.console import console
+from ragrl.data.schema import Example
+from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.methods import r2ag_reward as _registers_eq5  # noqa: F401  (Eq. 5's components)
 from ragrl.methods.r2ag_forest import RRForest
 from ragrl.methods.r2ag_protocol import R2agProtocol, R2agProtocolConfig, R2agRolloutConfig
 from ragrl.methods.r2ag_steering import STEERERS, SteererBackend, SteeringOracle
@@ -69,6 +67,19 @@ class R2agConfig:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
+def with_gold_in_corpus(examples: list[Example], where: str) -> list[Example]:
+    """The questions R²AG trains and is scored on: those with gold documents, all of them in the corpus.
+    A question marked unanswerable (its evidence removed from the corpus, as in the synthetic world)
+    has no complete tree, so it is left out, and the count is reported."""
+    kept = [e for e in examples if e.supporting_ids and e.metadata.get("answerable", True) is not False]
+    if len(kept) < len(examples):
+        console.print(
+            f"{where}: R²AG leaves out {len(examples) - len(kept)} of {len(examples)} questions without gold "
+            "documents in the corpus (no supporting_ids, or marked unanswerable)"
+        )
+    return kept
+
+
 def _scripted(tokenizer: Any, cls: Any) -> Any:
     return SteererBackend(tokenizer, cls())
 
@@ -87,5 +98,6 @@ def build_method(cfg: Any) -> Method:
         diagnostics=tree_diagnostics,
         oracle=SteeringOracle(),
         scripted={name: functools.partial(_scripted, cls=cls) for name, cls in STEERERS.items()},
+        prepare=with_gold_in_corpus,
         task_source=lambda examples, seed: RRForest(examples, config.rollout.max_iterations, seed),
     )

@@ -286,7 +286,10 @@ class R2agRollout:
             finish = gen.finish_reason if len(ids) == len(gen.token_ids) else "length"
             logprobs = list(gen.logprobs[: len(ids)])
             ep.traj.segments.append(Segment("policy", ids, text, logprobs=logprobs, finish_reason=finish))
-            ep.traj.timings["generate"] = ep.traj.timings.get("generate", 0.0) + generate_seconds
+            # each tree's share of the batched call: summed over trees, the wall time of the steps
+            ep.traj.timings["generate"] = ep.traj.timings.get("generate", 0.0) + generate_seconds / len(
+                active
+            )
             s = parse_steering(text)
             ep.history.append(s)
             plans.append(self._survivors(s, training))
@@ -313,7 +316,9 @@ class R2agRollout:
                 known = {d["id"] for d in ep.context}
                 ep.context.extend(d for d in docs if d["id"] not in known)
             ep.traj.actions.extend(step_actions(s, it, found))
-            ep.traj.timings["retrieve"] = ep.traj.timings.get("retrieve", 0.0) + retrieve_seconds
+            ep.traj.timings["retrieve"] = ep.traj.timings.get("retrieve", 0.0) + retrieve_seconds / len(
+                active
+            )
             if s.stop:
                 ep.done, ep.traj.finish_reason = True, "stop"
             elif not s.valid:
@@ -347,10 +352,13 @@ class R2agRollout:
             encode_messages(self.protocol.reader_messages(ep.example, ep.context), self.tokenizer)
             for ep in episodes
         ]
+        t = time.perf_counter()
         gens = self._generate(
             episodes, prompts, cfg.max_iterations, seed, cfg.reader_max_new_tokens, ("</answer>",)
         )
+        share = (time.perf_counter() - t) / max(len(episodes), 1)
         for ep, gen in zip(episodes, gens, strict=True):
+            ep.traj.timings["read"] = share
             text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=False)
             ep.traj.segments.append(
                 Segment(
@@ -443,6 +451,10 @@ def tree_diagnostics(trajectory: Trajectory, example: Example) -> dict[str, floa
         ),
         "docs": float(len(docs)),
         "stopped": float(any(a.kind == "stop" for a in trajectory.actions)),
+        # T_r (steering and retrieval) and T_g (the reader): this tree's share of the batched calls
+        "seconds_retrieval": trajectory.timings.get("generate", 0.0)
+        + trajectory.timings.get("retrieve", 0.0),
+        "seconds_generation": trajectory.timings.get("read", 0.0),
         "invalid_steps": float(sum(1 for a in trajectory.actions if a.kind == "invalid")),
     }
     gold = set(example.supporting_ids)

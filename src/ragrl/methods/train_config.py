@@ -209,6 +209,9 @@ class TrainConfig:
     ``eval/f1``, ...) in ``<run>/best`` (the evaluation before training counts); empty: off."""
     best_mode: str = "max"
     """``max`` or ``min``: which direction of ``best_metric`` is better."""
+    patience: int = 0
+    """Early stopping: end the run after this many held-out evaluations in a row without a new best
+    ``best_metric`` (evaluated and saved as a finished run); 0: off."""
     stages: list[StageConfig] = field(default_factory=list)
     """Training stages (``ragrl.train.stages``): each a GRPO run with its own overrides, started from the
     previous stage's final or best policy. Empty: one ordinary run."""
@@ -285,6 +288,11 @@ class TrainConfig:
             raise RagrlError(
                 f"train.dpo.beta must be > 0 and train.dpo.label_smoothing in [0, 0.5), got {self.dpo.beta} "
                 f"and {self.dpo.label_smoothing}"
+            )
+        if self.patience < 0 or (self.patience and not self.best_metric):
+            raise RagrlError(
+                f"train.patience must be >= 0 and needs train.best_metric, got {self.patience} with "
+                f"best_metric {self.best_metric!r}"
             )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")

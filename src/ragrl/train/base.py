@@ -83,6 +83,8 @@ class Trainer:
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
         self.evals: list[dict[str, Any]] = []
+        self.stopped_early = False
+        """``train.patience`` ran out (``out_of_patience``)."""
         self.best: dict[str, Any] | None = None
         """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
@@ -106,6 +108,17 @@ class Trainer:
 
     def step(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def out_of_patience(self) -> bool:
+        """``train.patience`` evaluations in a row since the best one (every process reads the same
+        decision: the main process's, broadcast)."""
+        patience = self.config.patience
+        stale = False
+        if patience and self.acc.is_main_process and self.best is not None:
+            stale = sum(1 for e in self.evals if e["step"] > self.best["step"]) >= patience
+        if self.acc.num_processes > 1:
+            stale = self.global_sum(float(stale)) > 0
+        return stale
 
     def exhausted(self) -> bool:
         """Whether the run has nothing left to train on before ``total_steps`` (a method's own source of
@@ -222,6 +235,7 @@ class Trainer:
         self.evals = list(state.get("evals", []))
         self.best = state.get("best")
         self.log.t0 = time.perf_counter() - float(state.get("elapsed_seconds", 0.0))
+        self.stopped_early = self.out_of_patience()  # a run that stopped early stays stopped
         if self.acc.is_main_process:
             self.log.truncate_after(self.step_count)
         self.acc.wait_for_everyone()
@@ -240,7 +254,7 @@ class Trainer:
         stop = total if until is None else min(until, total)
         with progress_bar(disable=not self.acc.is_main_process) as bar:
             task = bar.add_task(self.kind.upper(), total=total, completed=self.step_count)
-            while self.step_count < stop:
+            while self.step_count < stop and not self.stopped_early:
                 if self.exhausted():
                     if self.acc.is_main_process:
                         console.print(f"{self.kind}: nothing left to train on after step {self.step_count}")
@@ -250,6 +264,13 @@ class Trainer:
                     self.log.log(self.kind, self.step_count, metrics)
                 if cfg.eval_every and self.step_count % cfg.eval_every == 0 and self.step_count < total:
                     self.evaluate(self.kind)
+                    if self.out_of_patience():
+                        if self.acc.is_main_process:
+                            console.print(
+                                f"{self.kind}: no new best {cfg.best_metric} in {cfg.patience} evaluations; "
+                                f"stopping at step {self.step_count} (best policy: {self.run_dir / 'best'})"
+                            )
+                        self.stopped_early = True
                 last_em = f" · held-out EM {self.evals[-1]['eval/em']:.2f}" if self.evals else ""
                 line = _describe(self.kind, metrics) + last_em
                 bar.update(task, advance=1, description=line)
@@ -259,7 +280,7 @@ class Trainer:
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
         after = bool(self.evals) and self.evals[-1].get("phase") == "after"
-        finished = self.step_count >= total or self.exhausted()
+        finished = self.step_count >= total or self.exhausted() or self.stopped_early
         if finished and not (after and self.evals[-1].get("step") == self.step_count):
             self.evaluate("after")  # once: a run resumed from its final checkpoint keeps its record
         self.save()
