@@ -180,3 +180,19 @@ def test_a_run_ends_early_evaluated_and_saved_when_the_forest_is_empty(world_dir
     assert (tmp_path / "run" / "checkpoints" / "step-000002").is_dir() and (
         tmp_path / "run" / "policy"
     ).is_dir()
+
+
+def test_a_state_grows_its_pruned_tree_one_level_deeper(world_dir):
+    examples, _ = read_examples(world_dir / "train.jsonl")
+    ex = next(e for e in examples if e.metadata["type"] == "bridge" and e.metadata["hops"] == 3)
+    method = load_method("r2ag-tiny")
+    backend = SteererBackend(load_tokenizer(world_dir / "model"), SteeringOracle())
+    rollout = method.make_rollout(backend, load_retriever(world_dir / "bm25"))
+    state = RRForest([ex], max_rounds=5, seed=0).take(1)[0]
+    depths = []
+    for round_index in range(1, 3):
+        (t,) = rollout.run([state], n=1, seed=0)
+        state = next_state(t, state, round_index)
+        depths.append([v["depth"] for v in state.metadata[TREE_KEY]])
+    assert depths == [[1], [1, 2]]  # the oracle's hops found their gold at top-1 (a chain)
+    assert [v["parent"] for v in state.metadata[TREE_KEY]] == [-1, 0]

@@ -170,6 +170,14 @@ class _TreeEpisode:
     history: list[Steering] = field(default_factory=list)
     done: bool = False
 
+    @property
+    def depth(self) -> int:
+        """The depth the state's own tree reached before this rollout (0 at the root)."""
+        return max((v.depth for v in self.tree.vertices[: self.start]), default=0)
+
+    start: int = 0
+    """How many vertices the state's tree had when the rollout began."""
+
 
 def _doc(hit: Any) -> dict[str, str]:
     return {"id": hit.passage.id, "title": hit.passage.title, "text": hit.passage.text}
@@ -216,6 +224,7 @@ class R2agRollout:
                     ),
                     RRT(tree.question, list(tree.vertices)),
                     list(context),
+                    start=len(tree.vertices),
                 )
                 ep.traj.prompt_ids = self._prompt(ep)
                 ep.traj.metadata["prior_ids"] = [p["id"] for p in context]
@@ -312,7 +321,7 @@ class R2agRollout:
                     continue
                 docs = [_doc(h) for h in next(results)]
                 found.append([d["id"] for d in docs])
-                ep.tree.add(q, tag, len(ep.history), docs)
+                ep.tree.add(q, tag, ep.depth + len(ep.history), docs)
                 known = {d["id"] for d in ep.context}
                 ep.context.extend(d for d in docs if d["id"] not in known)
             ep.traj.actions.extend(step_actions(s, it, found))
