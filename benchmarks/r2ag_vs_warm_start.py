@@ -9,7 +9,7 @@ the corpus), whole trees, greedy, top-1, t = 2 (the world's questions have at mo
 the same questions: single-step retrieval SR@1/2/5 and the gold-decomposition oracle.
 
 Arms: ``r2ag`` (the rounds, up to L_MAX-I = 5) and, with ``--ablation``, ``round0`` (one round only: the
-policy only ever trains on root states, no gold context; ``rollout.max_iterations=1`` in training).
+policy only ever trains on root states, no gold context; ``rollout.rounds=1``).
 
     python benchmarks/r2ag_vs_warm_start.py --seeds 0 1 2 [--ablation]
 """
@@ -33,7 +33,7 @@ TRAINING = (
     "forest/round",
     "forest/finished",
 )
-ARMS = {"r2ag": [], "round0": ["rollout.max_iterations=1"]}
+ARMS = {"r2ag": [], "round0": ["rollout.rounds=1"]}
 
 
 def references(workdir: Path, seed: int, copy_steps: int) -> dict[str, Any]:

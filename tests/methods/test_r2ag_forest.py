@@ -172,7 +172,7 @@ def test_a_run_ends_early_evaluated_and_saved_when_the_forest_is_empty(world_dir
     train, _ = read_examples(world_dir / "train.jsonl")
     test, _ = read_examples(world_dir / "test.jsonl")
     few = [e for e in train if e.metadata.get("answerable", True)][:3]
-    method = tiny(world_dir, tmp_path / "run", "train.steps=50", "rollout.max_iterations=1")
+    method = tiny(world_dir, tmp_path / "run", "train.steps=50", "rollout.rounds=1")
     summary = GRPOTrainer(method, method.train, train_examples=few, eval_examples=test[:2]).train()
     assert summary["steps"] == 2  # one round of 3 trees, 2 a step
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

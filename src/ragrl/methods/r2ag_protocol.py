@@ -365,7 +365,11 @@ class R2agRolloutConfig(RolloutConfig):
     """``step``: one expansion of each given tree state (training; the RR-Forest rounds carry the trees
     on); ``tree``: whole trees (evaluation)."""
     max_iterations: int = 5
-    """L_MAX-I: the most steering steps of a tree, and the most RR-Forest rounds in training."""
+    """L_MAX-I: the most steering steps of a tree, and (unless ``rounds`` says otherwise) the most
+    RR-Forest rounds in training."""
+    rounds: int | None = None
+    """RR-Forest rounds in training (None: ``max_iterations``, the paper's L_MAX-I); 1 trains on root
+    states only (the ablation without self-evolution)."""
     top_t: int | None = None
     """Top-Survivor at evaluation: the first t base queries of a step are retrieved (None: every one).
     The paper's t = M/2 (M = the dataset's most hops) by default, t = M as the option."""
@@ -387,7 +391,7 @@ class R2agRolloutConfig(RolloutConfig):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise RagrlError(f"rollout.{name} must be a positive integer, got {v!r}")
-        for name in ("top_t", "top_t_pred"):
+        for name in ("top_t", "top_t_pred", "rounds"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise RagrlError(f"rollout.{name} must be a positive integer or null, got {v!r}")
