@@ -99,5 +99,7 @@ def build_method(cfg: Any) -> Method:
         oracle=SteeringOracle(),
         scripted={name: functools.partial(_scripted, cls=cls) for name, cls in STEERERS.items()},
         prepare=with_gold_in_corpus,
-        task_source=lambda examples, seed: RRForest(examples, config.rollout.rounds or config.rollout.max_iterations, seed),
+        task_source=functools.partial(
+            RRForest, max_rounds=config.rollout.rounds or config.rollout.max_iterations
+        ),
     )

@@ -89,7 +89,7 @@ def next_state(trajectory: Trajectory, state: Example, round_index: int) -> Exam
 class RRForest:
     """The training questions of R²AG: the RR-Forest, round by round (a ``Method.task_source``)."""
 
-    def __init__(self, examples: Sequence[Example], max_rounds: int, seed: int) -> None:
+    def __init__(self, examples: Sequence[Example], seed: int, max_rounds: int = 5) -> None:
         if not examples:
             raise RagrlError("the training set is empty")
         for ex in examples:
