@@ -151,6 +151,9 @@ def test_ap_rewards_order_and_needs_no_new_gold():
     assert top_ap(["A", "N"], {"A", "B"}, 4) == pytest.approx(0.5)
     assert top_ap(["A", "B"], {"A", "B"}, 4) == pytest.approx(1.0)
     assert top_ap(["N", "N", "A"], {"A", "B"}, 2) == 0.0  # only the first t count
+    # a gold document counts once: four queries that all find A are worth A once
+    assert top_ap(["A", "A", "A", "A"], {"A", "B"}, 4) == pytest.approx(0.5)
+    assert top_ap(["A", "A", "B"], {"A", "B"}, 4) == pytest.approx((1 / 1 + 2 / 3) / 2)
     a = step("<think>t</think><base-Q> q1 </base-Q><base-Q> q2 </base-Q>", {"q1": ["N"], "q2": ["A"]})
     b = step("<think>t</think><base-Q> q2 </base-Q><base-Q> q1 </base-Q>", {"q1": ["N"], "q2": ["A"]})
     assert total(a) == pytest.approx(0.2 * 1 + 0.2 * 0.25 + 0.02)

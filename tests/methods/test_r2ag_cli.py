@@ -121,3 +121,17 @@ def test_the_paper_config_holds_the_papers_numbers_and_trains(world_dir, tmp_pat
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (tmp_path / "paper" / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["eval", "train", "eval"] and rows[1]["samples"] == 24
+
+
+def test_few_shot_steering_from_the_cli(world_dir, tmp_path):
+    result = runner.invoke(
+        app,
+        ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl"),
+         "--index", str(world_dir / "bm25"), "--method", "r2ag-tiny", "--n", "3", "--few-shot",
+         str(world_dir / "train.jsonl"), "--shots", "3", "--out", str(tmp_path / "few")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    shots = [json.loads(line) for line in (tmp_path / "few" / "shots.jsonl").read_text().splitlines()]
+    assert len(shots) == 3 and "stop retrieval" in shots[2]["segments"][0]["text"]
+    scores = json.loads((tmp_path / "few" / "scores.json").read_text())
+    assert len(scores["provenance"]["few_shot"]["ids"]) == 3

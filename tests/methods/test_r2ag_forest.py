@@ -75,6 +75,8 @@ def test_rounds_dedupe_fill_their_last_batch_and_stop_at_the_limit():
     again_a = rolled(first[0], ["director of X"], {"director of X": "A"})
     finished = rolled(first[1], ["a", "b"], {"a": "A", "b": "B"}, stop=True)
     forest.add(forest.grow([found_a, again_a, finished], [first[0], first[0], first[1]]))
+    kept = next(iter(forest.next.values()))
+    assert [v["query"] for v in kept.metadata[TREE_KEY]] == ["who directed X"]  # the first of two duplicates
     assert forest.metrics() == {
         "forest/round": 0.0,
         "forest/trees": 3.0,
@@ -115,9 +117,11 @@ def test_the_oracle_empties_the_forest_hop_by_hop(world_dir):
         episodes = rollout.run(batch, n=2, seed=0)
         forest.add(forest.grow(episodes, [batch[t.metadata["group"]] for t in episodes]))
         rounds.append(forest.round)
-    # a tree of h hops takes h rounds to find its gold and one more to stop; the 2 identical samples of
-    # each oracle step leave one tree (de-duplicated)
-    assert forest.finished >= 2 * 5 and max(rounds) <= 4
+    # a tree of h hops takes h rounds to find its gold (each hop at top-1 here) and one more to stop; the 2
+    # identical samples of each oracle step leave one tree (de-duplicated). Five 2-hop trees stop in
+    # round 2 (2 samples each); the 3-hop one stops alone in round 3, in a batch filled to 3 trees.
+    assert [e.metadata["hops"] for e in bridge] == [2, 2, 2, 2, 2, 3]
+    assert rounds == [0, 0, 1, 1, 2, 2, 3] and forest.finished == 5 * 2 + 3 * 2
 
 
 def tiny(world_dir, out, *extra):  # noqa: ANN001, ANN201

@@ -3,8 +3,6 @@ scripted steerers (the gold-decomposition oracle and single-step retrieval), one
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from ragrl.data.io import read_examples
@@ -177,6 +175,60 @@ def _passages(world, action):  # noqa: ANN001, ANN202
     return [by_id[i] for i in action.retrieved_ids]
 
 
+def test_training_retrieves_every_candidate_unless_told_to_cut(world):
+    ex = world["examples"][0]
+    subs = [s.question for s in ex.decomposition]
+    steerer = Writes([subs[0], subs[1], ex.question], [subs[1]])
+    for survivors, kinds in ((False, ["search"] * 4), (True, ["search", "pruned", "pruned", "search"])):
+        method = load_method(
+            "r2ag-tiny",
+            ["rollout.top_t=1", "rollout.top_t_pred=1", f"rollout.survivors_in_training={survivors}"],
+        )
+        rollout = method.make_rollout(SteererBackend(world["tokenizer"], steerer), world["retriever"])
+        (t,) = rollout.run([ex], n=1, seed=0)
+        assert [a.kind for a in t.actions if a.kind in ("search", "pruned")] == kinds
+
+
+def test_the_oracle_asks_again_what_top_survivor_left_out(world):
+    ex = next(e for e in world["examples"] if e.metadata["type"] == "comparison")
+    _, cut = play(world, SteeringOracle(), "rollout.top_t=1", examples=[ex])
+    (t,) = cut.trajectories
+    asked = [(a.turn, a.content) for a in t.actions if a.kind == "search"]
+    subs = [s.question for s in ex.decomposition]
+    assert asked == [(0, subs[0]), (1, subs[1])]  # both sides of the comparison, one a step
+    assert t.finish_reason == "stop" and t.metadata["steering_steps"] == 3
+
+
+def test_a_tree_whose_prompt_outgrows_the_budget_ends_there(world):
+    ex = world["examples"][0]
+    first = len(R2agProtocol().prompt_ids(ex, world["tokenizer"]))
+    _, report = play(
+        world, Writes([ex.question]), f"rollout.max_prompt_tokens={first + 5}", "rollout.k=2", examples=[ex]
+    )
+    (t,) = report.trajectories
+    assert t.finish_reason == "prompt_limit" and t.truncated and t.metadata["steering_steps"] == 1
+
+
+def test_few_shot_steering_shows_the_oracles_steps(world):
+    from ragrl.methods.r2ag_steering import few_shot
+
+    method = load_method("r2ag-tiny")
+    pool, _ = read_examples(world["dir"] / "train.jsonl")
+    protocol, records = few_shot(
+        method, world["tokenizer"], method.prepare_examples(pool, "pool"), world["retriever"], 3
+    )
+    first, later, stop = protocol.shots
+    assert first[0].metadata[CONTEXT_KEY] == [] and parse_steering(first[1]).base
+    assert later[0].metadata[CONTEXT_KEY] and parse_steering(later[1]).base
+    assert parse_steering(stop[1]).stop and len(records) == 3
+    messages = protocol.messages(world["examples"][0])
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 3 + ["user"]
+    assert (
+        messages[1]["content"] == first[1]
+        and messages[-1] == method.protocol.messages(world["examples"][0])[0]
+    )
+
+
 def test_one_training_step_samples_a_group_and_retrieves_every_candidate(world):
     method = load_method("r2ag-tiny", ["rollout.top_t=1", "rollout.n=3", "rollout.temperature=1.0"])
     backend = TransformersBackend(str(world["dir"] / "model"), device="cpu")
@@ -189,7 +241,6 @@ def test_one_training_step_samples_a_group_and_retrieves_every_candidate(world):
         assert t.metadata["steering_steps"] == 1 and len(t.segments) == 1
         assert s.completion_ids == t.segments[0].token_ids and all(s.loss_mask)
         assert s.prompt_ids == method.protocol.prompt_ids(examples[s.group], backend.tokenizer)
-        assert not [a for a in t.actions if a.kind == "pruned"]  # training retrieves every candidate
     again = rollout.run(examples, seed=5)
     assert [t.segments[0].token_ids for t in again] == [t.segments[0].token_ids for t in episodes]
 
@@ -203,5 +254,3 @@ def test_the_reader_answers_from_the_tree(world):
         assert len([s for s in t.segments if s.kind == "policy"]) == steps + 1
         assert tree_diagnostics(t, ex)["llm_calls"] == steps + 1
     assert "em" in report.scores and "tree_recall" in report.scores
-    eval_config = dataclasses.replace(method.eval_rollout)
-    assert eval_config.grow == "tree"

@@ -444,8 +444,13 @@ def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(w
     method.train.data.eval = str(world_dir / "dev.jsonl")
     summary = GRPOTrainer(method, method.train).train()
     assert summary["steps"] == 2 and summary["best"]["step"] == 0
-    phases = [r["phase"] for r in records(tmp_path / "run", "eval")]
+    evals = records(tmp_path / "run", "eval")
+    phases = [r["phase"] for r in evals]
     assert phases == ["before", "train", "train", "after"]
+    # the run ended right after its step-2 evaluation: the same record, not a second evaluation
+    assert {k: v for k, v in evals[3].items() if k != "phase"} == {
+        k: v for k, v in evals[2].items() if k != "phase"
+    }
     again = GRPOTrainer(method, method.train)
     assert again.train(resume="latest")["steps"] == 2
     assert [r["phase"] for r in records(tmp_path / "run", "eval")] == phases

@@ -68,6 +68,8 @@ def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], to
             f"--few-shot {pool_file}: no question in it is both usable by {method.name} and not evaluated; "
             "take shots from other questions"
         )
+    if method.few_shot is not None:  # the method's own kind of worked example
+        return method.few_shot(method, tokenizer, pool, retriever, shots)
     candidates = pool[: 4 * shots]
     oracle = method.oracle or OracleDemonstrator()
     played = demonstration_trajectories(method, tokenizer, oracle, candidates, retriever)

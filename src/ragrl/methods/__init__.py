@@ -155,6 +155,11 @@ class Method:
     its rollout in place of a model (``ragrl eval --demonstrator NAME``; R²AG's steering oracle and
     single-step retrieval). None: the synthetic world's search demonstrators."""
 
+    few_shot: Any = None
+    """Optional ``fn(method, tokenizer, pool, retriever, k) -> (protocol, shot trajectories)``: a method
+    whose worked examples are not whole answered episodes builds its few-shot protocol itself
+    (``ragrl eval --few-shot``; R²AG shows steering steps). None: the oracle's answered episodes."""
+
     eval_rollout: Any = None
     """Optional rollout settings for evaluation, when they differ from training's beyond greediness and
     one sample (R²AG trains one expansion of a tree state and evaluates whole trees); None: ``rollout``."""

@@ -35,7 +35,7 @@ from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods import r2ag_reward as _registers_eq5  # noqa: F401  (Eq. 5's components)
 from ragrl.methods.r2ag_forest import RRForest
 from ragrl.methods.r2ag_protocol import R2agProtocol, R2agProtocolConfig, R2agRolloutConfig
-from ragrl.methods.r2ag_steering import STEERERS, SteererBackend, SteeringOracle
+from ragrl.methods.r2ag_steering import STEERERS, SteererBackend, SteeringOracle, few_shot
 from ragrl.methods.r2ag_tree import tree_diagnostics  # registers rollout.kind r2ag
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards import build_reward
@@ -68,9 +68,10 @@ class R2agConfig:
 
 
 def with_gold_in_corpus(examples: list[Example], where: str) -> list[Example]:
-    """The questions R²AG trains and is scored on: those with gold documents, all of them in the corpus.
-    A question marked unanswerable (its evidence removed from the corpus, as in the synthetic world)
-    has no complete tree, so it is left out, and the count is reported."""
+    """The questions R²AG trains and is scored on: those with gold documents (``supporting_ids``) that
+    are not marked unanswerable. The synthetic world marks the questions whose evidence it removed from
+    the corpus (``metadata.answerable: false``); they have no complete tree, so they are left out, and
+    the count is reported. The index itself is not consulted: gold missing from it lowers recall."""
     kept = [e for e in examples if e.supporting_ids and e.metadata.get("answerable", True) is not False]
     if len(kept) < len(examples):
         console.print(
@@ -99,6 +100,7 @@ def build_method(cfg: Any) -> Method:
         oracle=SteeringOracle(),
         scripted={name: functools.partial(_scripted, cls=cls) for name, cls in STEERERS.items()},
         prepare=with_gold_in_corpus,
+        few_shot=few_shot,
         task_source=functools.partial(
             RRForest, max_rounds=config.rollout.rounds or config.rollout.max_iterations
         ),

@@ -39,10 +39,13 @@ class StepReward:
 
 def top_ap(hits: Sequence[str | None], gold: set[str], t: int) -> float:
     """Top-t/x AP: ``(1/|g|) Σ_{u≤t} precision@u · 1{r_u ∈ g}`` over the top-1 documents of the first
-    ``t`` candidates in written order (a document need not be new)."""
-    total, found = 0.0, 0
+    ``t`` candidates in written order. A document need not be new to the tree, but within the list a
+    gold document counts once, where it first appears (as in any AP: a repeat is not another relevant
+    item), so repeating a query cannot raise R_AP past 1 (§8.2 item 5)."""
+    total, found, seen = 0.0, 0, set()
     for u, doc in enumerate(hits[:t], start=1):
-        if doc is not None and doc in gold:
+        if doc is not None and doc in gold and doc not in seen:
+            seen.add(doc)
             found += 1
             total += found / u
     return total / len(gold)

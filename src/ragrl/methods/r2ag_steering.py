@@ -16,7 +16,7 @@ from ragrl.methods.r2ag_protocol import CONTEXT_KEY, NONE_SENTINEL, SCRIPTED_THO
 from ragrl.methods.r2ag_tree import RRT, TREE_KEY, split_steps
 from ragrl.rollout.protocol import squash_ws
 from ragrl.rollout.scripted import scripted_generation
-from ragrl.rollout.trajectory import Trajectory
+from ragrl.rollout.trajectory import Segment, Trajectory
 
 
 def steering_text(
@@ -128,6 +128,27 @@ def oracle_shots(
     return [shots[k] for k in ("first", "next", "stop") if k in shots]
 
 
+def few_shot(
+    method: Any, tokenizer: Any, pool: Sequence[Example], retriever: Any, k: int
+) -> tuple[Any, list[Trajectory]]:
+    """``ragrl eval --few-shot`` for R²AG (R²AG-p): the method's protocol with the first ``k`` of
+    ``oracle_shots`` on the pool (at most 3: a first step, a later one, a stop), and each shot as a
+    one-step trajectory (``shots.jsonl``)."""
+    shots = oracle_shots(method, tokenizer, pool[: max(30, 10 * k)], retriever)[:k]
+    if len(shots) < k:
+        raise RagrlError(
+            f"--shots {k}: the oracle's trees on the pool give {len(shots)} kinds of worked step (R²AG shows "
+            "at most 3: a first step, a later one and a stop)"
+        )
+    records = [
+        Trajectory(
+            state.id, [], [Segment("policy", [], reply)], metadata={CONTEXT_KEY: state.metadata[CONTEXT_KEY]}
+        )
+        for state, reply in shots
+    ]
+    return method.protocol.with_shots(shots), records
+
+
 class SingleStepSteering:
     """Single-step retrieval (SR@N) through the tree: one step that queries the question itself and
     stops; with ``rollout.k = N`` the tree holds the question's top-N documents."""
@@ -151,8 +172,14 @@ class SteererBackend:
         self.tokenizer, self.steerer, self.reader = tokenizer, steerer, reader
 
     def steer_batch(self, states: Sequence[Any], params: SamplingParams) -> list[Generation]:
-        """One steering step of each tree state (``example``, ``context``, ``history`` of its steps)."""
-        texts = [self.steerer.steer(s.example, s.context, s.history) for s in states]
+        """One steering step of each tree state (``example``, ``context``, ``history`` of its steps).
+        The history a steerer reads holds the base queries that were retrieved: a query Top-Survivor
+        left out was not asked, so the oracle asks it again."""
+        texts = []
+        for s in states:
+            asked = s.asked
+            history = [dataclasses.replace(h, base=tuple(q for q in h.base if q in asked)) for h in s.history]
+            texts.append(self.steerer.steer(s.example, s.context, history))
         return [scripted_generation(self.tokenizer, t, params)[0] for t in texts]
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:

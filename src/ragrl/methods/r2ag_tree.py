@@ -94,10 +94,16 @@ class Vertex:
 
 
 _WORD = re.compile(r"\w+")
+_FUNCTION_WORDS = frozenset(
+    "the and for was were are is of in on at to by with from what which who whom whose where when why how "
+    "did does do has have had that this these those its his her their an a as or be been being into "
+    "about than then there here also not".split()
+)
 
 
 def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text) if len(w) > 2}
+    """The content words of ``text`` (lower-cased; function words and one- or two-letter words left out)."""
+    return {w for w in (x.lower() for x in _WORD.findall(text)) if len(w) > 2 and w not in _FUNCTION_WORDS}
 
 
 @dataclass
@@ -108,8 +114,8 @@ class RRT:
     vertices: list[Vertex] = field(default_factory=list)
 
     def parent_for(self, query: str, depth: int) -> int:
-        """The earlier vertex whose documents share the most words with ``query`` (ties: the latest),
-        else the root (-1)."""
+        """The earlier vertex whose documents share the most content words with ``query`` (ties: the
+        latest), else the root (-1)."""
         words, best, best_overlap = _words(query), -1, 0
         for i, v in enumerate(self.vertices):
             if v.depth >= depth:
@@ -167,6 +173,8 @@ class _TreeEpisode:
     traj: Trajectory
     tree: RRT
     context: list[dict[str, str]]
+    start: int = 0
+    """How many vertices the state's tree had when the rollout began."""
     history: list[Steering] = field(default_factory=list)
     done: bool = False
 
@@ -175,8 +183,10 @@ class _TreeEpisode:
         """The depth the state's own tree reached before this rollout (0 at the root)."""
         return max((v.depth for v in self.tree.vertices[: self.start]), default=0)
 
-    start: int = 0
-    """How many vertices the state's tree had when the rollout began."""
+    @property
+    def asked(self) -> set[str]:
+        """The queries this rollout has retrieved (not those Top-Survivor left out)."""
+        return {a.content for a in self.traj.actions if a.kind == "search"}
 
 
 def _doc(hit: Any) -> dict[str, str]:
@@ -260,7 +270,11 @@ class R2agRollout:
         seed: int | None,
         max_new: int,
         stop: tuple[str, ...] = (),
+        *,
+        reading: bool = False,
     ) -> list[Generation]:
+        """One batched generation: the steering step of every active tree (a scripted steerer plays it
+        from the trees' states), or with ``reading`` the reader's answers (always a model)."""
         cfg = self.config
         seeds = None
         if seed is not None:
@@ -269,7 +283,7 @@ class R2agRollout:
             )
         params = cfg.sampling(max_new, stop, turn_seed(seed, it), seeds)
         steer = getattr(self.backend, "steer_batch", None)  # a scripted steerer (ragrl.methods.r2ag_steering)
-        if steer is not None and not stop:
+        if steer is not None and not reading:
             gens = steer(active, params)
         else:
             gens = self.backend.generate(prompts, params)
@@ -282,6 +296,16 @@ class R2agRollout:
         cfg = self.config
         training = cfg.grow == "step"
         prompts = [ep.traj.prompt_ids if it == 0 else self._prompt(ep) for ep in active]
+        # a later step's prompt holds every document found so far: a tree whose prompt outgrows the
+        # budget ends there (the first step's prompt is checked when the tree starts)
+        fits = [len(p) <= cfg.max_prompt_tokens for p in prompts]
+        for ep, ok in zip(active, fits, strict=True):
+            if not ok:
+                ep.done, ep.traj.finish_reason, ep.traj.truncated = True, "prompt_limit", True
+        active = [ep for ep, ok in zip(active, fits, strict=True) if ok]
+        prompts = [p for p, ok in zip(prompts, fits, strict=True) if ok]
+        if not active:
+            return
         if not training:  # each step's prompt, so a tree splits into trainable steps (split_steps)
             for ep, prompt in zip(active, prompts, strict=True):
                 ep.traj.metadata.setdefault("step_prompts", []).append(prompt)
@@ -310,7 +334,12 @@ class R2agRollout:
             if go
         ]
         t = time.perf_counter()
-        results = iter(self.retriever.search(queries, k) if queries else [])
+        found_lists = self.retriever.search(queries, k) if queries else []
+        if len(found_lists) != len(queries):
+            raise RagrlError(
+                f"the retriever returned {len(found_lists)} result lists for {len(queries)} queries"
+            )
+        results = iter(found_lists)
         retrieve_seconds = time.perf_counter() - t
         for ep, plan in zip(active, plans, strict=True):
             s = ep.history[-1]
@@ -363,7 +392,13 @@ class R2agRollout:
         ]
         t = time.perf_counter()
         gens = self._generate(
-            episodes, prompts, cfg.max_iterations, seed, cfg.reader_max_new_tokens, ("</answer>",)
+            episodes,
+            prompts,
+            cfg.max_iterations,
+            seed,
+            cfg.reader_max_new_tokens,
+            ("</answer>",),
+            reading=True,
         )
         share = (time.perf_counter() - t) / max(len(episodes), 1)
         for ep, gen in zip(episodes, gens, strict=True):

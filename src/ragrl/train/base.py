@@ -80,6 +80,11 @@ class Trainer:
         self.eval_examples = eval_examples[: config.data.eval_limit or None]
         check_prompts(self.eval_examples, method.protocol, self.tokenizer, method.rollout, "train.data.eval")
         self.retriever = retriever if retriever is not None else load_index(config)
+        if config.patience and not self.eval_examples:
+            console.print(
+                f"warning: train.patience = {config.patience} needs held-out evaluations (train.data.eval "
+                "and train.eval_every): without them the run does not stop early"
+            )
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
         self.evals: list[dict[str, Any]] = []
@@ -109,6 +114,12 @@ class Trainer:
     def step(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _main_says(self, value: bool) -> bool:
+        """The main process's ``value``, on every process."""
+        if self.acc.num_processes == 1:
+            return bool(value)
+        return self.global_sum(float(bool(value) and self.acc.is_main_process)) > 0
+
     def out_of_patience(self) -> bool:
         """``train.patience`` evaluations in a row since the best one (every process reads the same
         decision: the main process's, broadcast)."""
@@ -116,9 +127,7 @@ class Trainer:
         stale = False
         if patience and self.acc.is_main_process and self.best is not None:
             stale = sum(1 for e in self.evals if e["step"] > self.best["step"]) >= patience
-        if self.acc.num_processes > 1:
-            stale = self.global_sum(float(stale)) > 0
-        return stale
+        return self._main_says(stale)
 
     def exhausted(self) -> bool:
         """Whether the run has nothing left to train on before ``total_steps`` (a method's own source of
@@ -279,10 +288,18 @@ class Trainer:
                     console.print(f"step {self.step_count}/{total} {line} ({self.log.elapsed():.0f} s)")
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
-        after = bool(self.evals) and self.evals[-1].get("phase") == "after"
         finished = self.step_count >= total or self.exhausted() or self.stopped_early
-        if finished and not (after and self.evals[-1].get("step") == self.step_count):
-            self.evaluate("after")  # once: a run resumed from its final checkpoint keeps its record
+        # what the main process (the one that evaluates) recorded last, decided there for every process
+        last = self.evals[-1] if self.evals else {}
+        at_this_step = self._main_says(last.get("step") == self.step_count)
+        after_recorded = at_this_step and self._main_says(last.get("phase") == "after")
+        if finished and not after_recorded:  # once: a run resumed from its final checkpoint keeps its record
+            if at_this_step:  # it ended early right after an evaluation: that policy, recorded as "after"
+                if self.acc.is_main_process:
+                    values = {k: v for k, v in last.items() if k not in ("kind", "step", "time")}
+                    self.evals.append(self.log.log("eval", self.step_count, {**values, "phase": "after"}))
+            else:
+                self.evaluate("after")
         self.save()
         return self.finish()
 

@@ -92,7 +92,8 @@ def run_stages(
         trainer = GRPOTrainer(method, method.train, run_dir=where)
         until = stop[1] if stop is not None and stop[0] == i else None  # train() saves where it stops
         summary = trainer.train(resume="latest" if in_progress else None, until=until)
-        if until is not None and trainer.step_count < method.train.steps:
+        ended_early = trainer.stopped_early or trainer.exhausted()  # patience, or its questions ran out
+        if until is not None and trainer.step_count < method.train.steps and not ended_early:
             return summaries
         finished.append({"name": stage.name, "dir": str(where), "start": str(start), "summary": summary})
         if state.is_main_process:
