@@ -200,3 +200,29 @@ def test_a_state_grows_its_pruned_tree_one_level_deeper(world_dir):
         depths.append([v["depth"] for v in state.metadata[TREE_KEY]])
     assert depths == [[1], [1, 2]]  # the oracle's hops found their gold at top-1 (a chain)
     assert [v["parent"] for v in state.metadata[TREE_KEY]] == [-1, 0]
+
+
+def test_two_processes_grow_the_same_forest_as_one(world_dir, tmp_path):
+    """Each process holds half of a step's trees; the next round's trees are gathered from both in
+    process order, so both processes, and a single process, hold the same forest after every step."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = str(Path(__file__).parent / "r2ag_run.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    subprocess.run([sys.executable, script, str(world_dir), str(one), "2"], check=True, env=env, timeout=300)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    subprocess.run([*launch, script, str(world_dir), str(two), "2"], check=True, env=env, timeout=300)
+    single = json.loads((one / "forest-0.json").read_text())
+    ranks = [json.loads((two / f"forest-{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1] == single
+    # round 0 (6 trees, 4 a step) is used up and has left trees for round 1
+    assert single["round"] == 0 and single["position"] == 6 and single["next"]
+    a, b = torch.load(one / "weights.pt"), torch.load(two / "weights.pt")
+    diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
+    assert float((diff <= 1e-5).float().mean()) > 0.999 and float(diff.max()) < 1e-3, float(diff.max())

@@ -2,7 +2,9 @@
 
 One step, top to bottom (``GRPOTrainer.step``):
 
-1. take this process's share of the step's questions (whole groups: a group never straddles processes);
+1. take this process's share of the step's questions (whole groups: a group never straddles processes),
+   from the shuffled training set or from the method's own source (``Method.task_source``: R²AG's
+   RR-Forest, which grows from every step's episodes, gathered from all processes, after step 6);
 2. play each ``G = rollout.n`` times with the method's rollout and the current policy (seeded by step);
 3. score the episodes with the method's reward, in one batch (named components, each logged);
 4. cut the episodes into training samples (one per linear episode, one per turn or node otherwise),
