@@ -75,7 +75,7 @@ def run_row(name, backend, retriever, method, examples, overrides):  # noqa: ANN
         "invalid_steps": s["invalid_steps"],
     }
     if config.read:
-        row.update(em=s["em"], f1=s["f1"])
+        row.update(em=s["em"], f1=s["f1"], cover_em=s.get("cover_em", 0.0))
     return row
 
 
@@ -93,6 +93,9 @@ def main() -> None:
         "--model", type=Path, default=None, help="the steering and reading model (R²AG-p, QA)"
     )
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--qa-only", action="store_true", help="only the reader rows over SR@5 and the oracle"
+    )
     args = parser.parse_args()
 
     from ragrl.console import quiet_libraries
@@ -105,19 +108,21 @@ def main() -> None:
     if args.model:
         model = TransformersBackend(str(args.model), device="cpu", batch_size=args.batch_size)
     results = [row for sample in args.samples for row in measure(sample, args, model, data)]
-    (args.out / f"results-{args.retriever}.json").write_text(json.dumps(results, indent=1) + "\n")
+    suffix = "-qa" if args.qa_only else ""
+    (args.out / f"results-{args.retriever}{suffix}.json").write_text(json.dumps(results, indent=1) + "\n")
     table = [
-        "| sample | row | n | Recall | FR | @K | mAP | η_re | Iter. | LLM calls | s/question | EM | F1 |",
-        "|" + "---|" * 13,
+        "| sample | row | n | Recall | FR | @K | mAP | η_re | Iter. | LLM calls | s/question | EM | F1 "
+        "| cover-EM |",
+        "|" + "---|" * 14,
     ]
     for r in results:
-        qa = f"{r['em']:.3f} | {r['f1']:.3f}" if "em" in r else "- | -"
+        qa = f"{r['em']:.3f} | {r['f1']:.3f} | {r['cover_em']:.3f}" if "em" in r else "- | - | -"
         table.append(
             f"| {r['sample']} | {r['row']} | {r['n']} | {100 * r['recall']:.1f} | {100 * r['fr']:.1f} | "
             f"{r['at_k']:.2f} | {100 * r['map']:.1f} | {r['eta_re']:.1f} | {r['iter']:.2f} | "
             f"{r['llm_calls']:.2f} | {r['seconds_per_q']:.2f} | {qa} |"
         )
-    (args.out / f"table-{args.retriever}.md").write_text("\n".join(table) + "\n")
+    (args.out / f"table-{args.retriever}{suffix}.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
 
 
@@ -143,19 +148,22 @@ def measure(sample: str, args: argparse.Namespace, model, data: Path) -> list[di
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    for n in (1, 2, 3, 5, 10):
-        add(f"SR@{n}", SteererBackend(tok, SingleStepSteering()), {"k": n, "top_t": None})
     oracle = SteererBackend(tok, SteeringOracle())
     add("oracle@top-1, t=M", oracle, {"k": 1, "top_t": m, "top_t_pred": m})
-    add("oracle@top-1, t=M/2", oracle, {"k": 1, "top_t": m // 2, "top_t_pred": m // 2})
-    add("oracle@top-2, t=M/2", oracle, {"k": 2, "top_t": m // 2, "top_t_pred": m // 2})
-    if model is not None:
+    if not args.qa_only:
+        for n in (1, 2, 3, 5, 10, 20):
+            add(f"SR@{n}", SteererBackend(tok, SingleStepSteering()), {"k": n, "top_t": None})
+        add("oracle@top-1, t=M/2", oracle, {"k": 1, "top_t": m // 2, "top_t_pred": m // 2})
+        add("oracle@top-2, t=M/2", oracle, {"k": 2, "top_t": m // 2, "top_t_pred": m // 2})
+    if model is not None and not args.qa_only:
         few = examples[: args.model_n]
         shots = oracle_shots(method, model.tokenizer, pool[:30], retriever)
         prompted = dataclasses.replace(method, protocol=method.protocol.with_shots(shots))
         cut = {"k": 1, "top_t": m // 2, "top_t_pred": m // 2}
         add("R²AG-p@top-1, t=M/2 + reader", model, {**cut, "read": True}, few, prompted)
         add("R²AG_base-p@top-1, t=M/2", model, {**cut, "use_pred": False}, few, prompted)
+    if model is not None:
+        few = examples[: args.model_n]
         reader = SteererBackend(model.tokenizer, SingleStepSteering(), reader=model)
         add("SR@5 + reader", reader, {"k": 5, "top_t": None, "read": True}, few)
         reader = SteererBackend(model.tokenizer, SteeringOracle(), reader=model)

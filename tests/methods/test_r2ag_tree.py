@@ -254,3 +254,11 @@ def test_the_reader_answers_from_the_tree(world):
         assert len([s for s in t.segments if s.kind == "policy"]) == steps + 1
         assert tree_diagnostics(t, ex)["llm_calls"] == steps + 1
     assert "em" in report.scores and "tree_recall" in report.scores
+
+
+def test_the_readers_answer_is_its_answer_block_else_its_first_line():
+    from ragrl.methods.r2ag_tree import reader_answer
+
+    assert reader_answer("<answer> Oslo </answer>", "Oslo") == "Oslo"
+    assert reader_answer("It is Oslo.\nBecause ...<|im_end|>", "It is Oslo.\nBecause ...") == "It is Oslo."
+    assert reader_answer("<|im_end|>", "") is None

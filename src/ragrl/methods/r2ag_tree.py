@@ -414,8 +414,7 @@ class R2agRollout:
                 )
             )
             ep.traj.metadata["reader_calls"] = 1
-            spans = find_spans(text, "answer")
-            answer = squash_ws(spans[-1].content) if spans else None
+            answer = reader_answer(text, self.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
             if answer:
                 ep.traj.actions.append(Action("answer", content=answer, turn=len(ep.history)))
                 ep.traj.final_answer = answer
@@ -442,6 +441,16 @@ class R2agRollout:
                 )
             )
         return out
+
+
+def reader_answer(text: str, plain: str) -> str | None:
+    """The reader's answer: its last ``<answer>`` block, else the first line of its reply without
+    special tokens (``plain``): a generator answers in words, tags or not."""
+    spans = find_spans(text, "answer")
+    if spans:
+        return squash_ws(spans[-1].content) or None
+    lines = [squash_ws(x) for x in plain.replace("<answer>", "").splitlines() if x.strip()]
+    return lines[0] if lines else None
 
 
 def split_steps(tree: Trajectory) -> list[Trajectory]:
