@@ -361,15 +361,17 @@ def reward_command(
         batch.append((ex_id, traj, example))
     ctx = RewardContext(step=step, total_steps=total_steps)
     results = method_obj.reward.score([t for _, t, _ in batch], [e for _, _, e in batch], ctx)
-    for (ex_id, _, _), result in zip(batch, results, strict=True):
+    for (ex_id, traj, _), result in zip(batch, results, strict=True):
         totals.append(result.total)
         for k, v in result.components.items():
             components[k].append(v)
         if result.steps is not None:  # per-step rewards: one line per step, then the episode's return
+            log = method_obj.step_log(traj) if method_obj.step_log is not None else None
             for t, r_t in enumerate(result.steps):
                 raw = {k: v[t] for k, v in result.step_components.items()}
                 ws = {k: v[t] for k, v in result.step_weights.items()}
-                typer.echo(json.dumps({"id": ex_id, "t": t, **raw, "weights": ws, "R_t": r_t}))
+                what = {"step": log[t]} if log is not None else {}
+                typer.echo(json.dumps({"id": ex_id, "t": t, **what, **raw, "weights": ws, "R_t": r_t}))
             typer.echo(json.dumps({"id": ex_id, **result.components, "return": result.total}))
             continue
         weights = {"weights": result.weights} if method_obj.reward.scheduled else {}

@@ -140,6 +140,11 @@ class Method:
     every step; over several processes a name ending in ``_min`` or ``_max`` is reduced by min or max,
     any other by the mean."""
 
+    step_log: Any = None
+    """Optional ``fn(trajectory) -> [dict per step]``: what each step did (action, query, passages,
+    the method's verdicts), read after the reward scored the episode; ``ragrl reward`` adds it to every
+    per-step line and evaluation to every trajectory (EVO-RAG's per-step log)."""
+
     oracle: Any = None
     """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this
     method's protocol, for SFT warm starts (``ragrl sft --demos oracle``); None: the synthetic world's

@@ -80,24 +80,42 @@ def register_reward(
 @dataclass(frozen=True)
 class StepWeight:
     """A per-step weight that moves inside an episode: ``(1 − p)·early + p·late`` with
-    ``p = min(t / horizon, 1)`` at step ``t`` (0-based); EVO-RAG's time-based scheduler (spec §2.3)."""
+    ``p = min(t / horizon, 1)`` at step ``t`` (0-based); EVO-RAG's time-based scheduler (spec §2.3).
+    With ``mid``, the path is piecewise: ``early → mid`` over ``p ∈ [0, ½]``, ``mid → late`` over
+    ``[½, 1]`` (EVO-RAG's "one path inside every episode" reading)."""
 
     early: float
     late: float
     horizon: int
+    mid: float | None = None
 
     def __call__(self, t: int) -> float:
         p = min(t / self.horizon, 1.0)
-        return (1.0 - p) * self.early + p * self.late
+        if self.mid is None:
+            return (1.0 - p) * self.early + p * self.late
+        if p <= 0.5:
+            return (1.0 - 2 * p) * self.early + 2 * p * self.mid
+        return (2.0 - 2 * p) * self.mid + (2 * p - 1.0) * self.late
 
     @classmethod
     def build(cls, spec: Any) -> StepWeight:
-        if not isinstance(spec, Mapping) or set(spec) - {"early", "late", "horizon"} or "horizon" not in spec:
-            raise RagrlError(f"step_weight is {{early, late, horizon}}, got {spec!r}")
-        out = cls(float(spec.get("early", 1.0)), float(spec.get("late", 1.0)), int(spec["horizon"]))
+        keys = {"early", "late", "horizon", "mid"}
+        if not isinstance(spec, Mapping) or set(spec) - keys or "horizon" not in spec:
+            raise RagrlError(f"step_weight is {{early, late, horizon, mid?}}, got {spec!r}")
+        mid = spec.get("mid")
+        out = cls(
+            float(spec.get("early", 1.0)),
+            float(spec.get("late", 1.0)),
+            int(spec["horizon"]),
+            None if mid is None else float(mid),
+        )
         if out.horizon < 1:
             raise RagrlError(f"step_weight.horizon must be >= 1, got {out.horizon}")
         return out
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"early": self.early, "late": self.late, "horizon": self.horizon}
+        return out if self.mid is None else {**out, "mid": self.mid}
 
 
 def get_reward(name: str) -> RewardFn:
@@ -286,8 +304,7 @@ class CompositeReward:
             if c.schedule is not None:
                 entry["schedule"] = c.schedule.describe()
             if c.step_weight is not None:
-                entry["step_weight"] = {"early": c.step_weight.early, "late": c.step_weight.late,
-                                        "horizon": c.step_weight.horizon}  # fmt: skip
+                entry["step_weight"] = c.step_weight.describe()
             out.append(entry)
         return out
 

@@ -377,6 +377,7 @@ class RolloutEngine:
                 ep.t_retrieve += dt
                 action.retrieved_ids = [h.id for h in hits]
                 action.retrieved_scores = [float(h.score) for h in hits]
+                action.retrieved_titles = [h.passage.title for h in hits]
                 self._append_obs(ep, self.protocol.observation(action, hits), t0)
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)

@@ -59,6 +59,8 @@ class Action:
     the follow-up."""
     retrieved_ids: list[str] = field(default_factory=list)
     retrieved_scores: list[float] = field(default_factory=list)
+    retrieved_titles: list[str] = field(default_factory=list)
+    """The titles of the retrieved passages (for per-step logs), aligned with ``retrieved_ids``."""
     error: str | None = None
     """For ``invalid``: what was wrong (shown to the policy in the corrective observation)."""
     tag: str = ""

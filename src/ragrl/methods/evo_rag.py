@@ -1,0 +1,347 @@
+"""EVO-RAG: a query-rewriting agent trained on scheduled step rewards (spec ``methods/evo-rag.md``).
+
+**The agent (§1).** At every step the policy writes, after an optional ``<think>`` block, exactly one
+action: ``<search>sub-query</search>`` (the retriever's passages come back in ``<information>``),
+``<backtrack/>`` (the last step and its evidence leave the context; the step count goes on),
+``<answer>span</answer>`` or ``<refuse/>`` (both end the episode; a refusal's answer is
+``protocol.refusal_answer``, the synthetic world's answer to an unanswerable question). Text with no
+action tag, or with tags of two kinds, is an invalid step: it is counted, answered with a corrective,
+and costs a step. The episode is capped at T_max = 20 steps (``rollout.max_turns``); a truncated
+episode gets one forced answer turn (``rollout.final_answer_turn``) and is logged as truncated.
+``rollout.kind: stepwise`` trains each step on the context the policy saw.
+
+**The reward (§2).** Seven per-step components (``ragrl.methods.evo_rag_rewards``) in the weight-vector
+order (β, λ, γ, δ, ρ, η, κ) = (ret, act, dup, bt, ref, step, ans), combined as
+``R_t = Σ_k w_k(t)·r_k(t)`` and ``R(x) = Σ_t R_t``. The weights come from ``schedule``:
+
+* ``mode: time_dynamic`` (EVO-RAG): inside each episode ``w_k(t) = (1 − p)·early + p·late`` with
+  ``p = t / 20``, where (early, late) is the stage's pair of Table 1 anchors: (Start, Mid) in
+  ``stage: discovery``, (Mid, End) in ``stage: refinement`` (Interpretation A, §2.3). With
+  ``shape: piecewise_episode`` every episode follows Start → Mid → End instead (Interpretation B).
+* ``mode: two_stage_fixed``: the same stages with constant weights, the stage's mean (§2.5).
+* ``mode: no_reward``: the answer reward alone, weight 1 (the baseline "optimises only the final answer
+  correctness"; §2.5 and §8.2 item 15).
+* ``keep``: the components that count (the others are logged with weight 0): a list of names or one of
+  ``COMBINATIONS`` (Table 6's ``best2``, ``best3``, ``exploration``, ``efficiency``, ``full``); a single
+  name is a Table 5 single-reward run.
+
+Training (rollouts with sibling candidates, preference pairs, the multi-head reward model, DPO cycles
+and the two curriculum stages) lives in ``ragrl.methods.evo_rag_train``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.methods import Method, load_method_config, to_dataclass
+from ragrl.methods.evo_rag_rewards import T_MAX, step_log
+from ragrl.methods.train_config import TrainConfig
+from ragrl.retrieval.base import Hit
+from ragrl.rewards import build_reward
+from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.protocol import Protocol, find_spans, squash_ws
+from ragrl.rollout.trajectory import Action, Trajectory
+
+# --- the scheduler (§2.3, §2.5) -------------------------------------------------------------------------
+
+COMPONENTS = ("ret", "act", "dup", "bt", "ref", "step", "ans")
+"""The seven components in the weight-vector order (β, λ, γ, δ, ρ, η, κ); also the reward model's heads."""
+
+ANCHORS: dict[str, tuple[float, float, float]] = {
+    "ret": (2.0, 1.0, 0.5),
+    "act": (1.5, 0.8, 0.4),
+    "dup": (0.1, 0.5, 1.2),
+    "bt": (0.3, 0.5, 1.0),
+    "ref": (0.5, 0.5, 0.5),
+    "step": (0.02, 0.05, 0.10),
+    "ans": (0.05, 0.10, 1.00),
+}
+"""Table 1: each weight at Stage 1 Start, Mid (= Stage 2 Start) and Stage 2 End."""
+
+COMBINATIONS: dict[str, tuple[str, ...]] = {
+    "full": COMPONENTS,
+    "best2": ("bt", "ans"),
+    "best3": ("bt", "ans", "dup"),
+    "exploration": ("ret", "dup"),
+    "efficiency": ("bt", "step"),
+}
+"""Table 6's reward combinations."""
+
+MODES = ("time_dynamic", "two_stage_fixed", "no_reward")
+STAGES = ("discovery", "refinement")
+SHAPES = ("per_stage", "piecewise_episode")
+
+
+@dataclass
+class ScheduleConfig:
+    mode: str = "time_dynamic"
+    stage: str = "discovery"
+    shape: str = "per_stage"
+    keep: list[str] = field(default_factory=lambda: ["full"])
+    """Component names, or one name of ``COMBINATIONS``."""
+    t_max: int = T_MAX
+    """The horizon of p(t) = t / t_max."""
+
+    def kept(self) -> tuple[str, ...]:
+        if len(self.keep) == 1 and self.keep[0] in COMBINATIONS:
+            return COMBINATIONS[self.keep[0]]
+        unknown = sorted(set(self.keep) - set(COMPONENTS))
+        if unknown or not self.keep:
+            raise RagrlError(
+                f"schedule.keep: {unknown or 'nothing'} — give component names ({', '.join(COMPONENTS)}) "
+                f"or one combination ({', '.join(COMBINATIONS)})"
+            )
+        return tuple(k for k in COMPONENTS if k in self.keep)
+
+    def check(self) -> None:
+        for key, value, allowed in (
+            ("mode", self.mode, MODES),
+            ("stage", self.stage, STAGES),
+            ("shape", self.shape, SHAPES),
+        ):
+            if value not in allowed:
+                raise RagrlError(f"schedule.{key}: {value!r} is not one of {', '.join(allowed)}")
+        if self.t_max < 1:
+            raise RagrlError(f"schedule.t_max must be >= 1, got {self.t_max}")
+        self.kept()
+
+
+def step_weights(schedule: ScheduleConfig) -> dict[str, dict[str, Any]]:
+    """Each component's weight settings for ``build_reward``: ``{"weight": w, "step_weight": {...}}``
+    (no ``step_weight``: constant)."""
+    schedule.check()
+    kept = schedule.kept()
+    out: dict[str, dict[str, Any]] = {}
+    for k in COMPONENTS:
+        start, mid, end = ANCHORS[k]
+        early, late = (start, mid) if schedule.stage == "discovery" else (mid, end)
+        if schedule.mode == "no_reward":
+            entry: dict[str, Any] = {"weight": 1.0 if k == "ans" else 0.0}
+        elif schedule.mode == "two_stage_fixed":
+            entry = {"weight": (early + late) / 2 if k in kept else 0.0}
+        else:
+            curve = {"early": early, "late": late, "horizon": schedule.t_max}
+            if schedule.shape == "piecewise_episode":
+                curve = {"early": start, "mid": mid, "late": end, "horizon": schedule.t_max}
+            entry = {"weight": 1.0 if k in kept else 0.0, "step_weight": curve}
+        out[k] = entry
+    return out
+
+
+@dataclass
+class RewardParams:
+    """The components' settings (§2.1; literal values by default)."""
+
+    top_k: int | None = None
+    """r_ret: the passages of a search that count (None: all ``rollout.k``)."""
+    novel_hits_only: bool = False
+    encoder: str | None = None
+    """r_dup / r_act: a local sentence-transformers directory (None: the bundled all-MiniLM-L6-v2)."""
+    clip_dup_at_zero: bool = False
+    act_progress: float = 0.3
+    act_dup_threshold: float = 0.0
+    act_denominator: str = "t_max"
+    step_cost: float = -1.0
+    verifier: dict[str, Any] = field(default_factory=lambda: {"kind": "gold"})
+    """r_ref's evidence-sufficiency verifier: ``{kind: gold}`` (offline proxy), ``{kind: answer}``, or a
+    judge client spec (``{kind: openai, model, base_url, ...}``, ``{kind: local, path}``, ``cached``)."""
+    variant: str = "squad"
+    """r_ans's answer normalisation (squad = the HotpotQA script)."""
+
+
+def reward_spec(schedule: ScheduleConfig, params: RewardParams) -> list[dict[str, Any]]:
+    """The seven components as ``build_reward`` entries, in the weight-vector order."""
+    p = params
+    settings: dict[str, dict[str, Any]] = {
+        "ret": {"top_k": p.top_k, "novel_hits_only": p.novel_hits_only},
+        "act": {"encoder": p.encoder, "progress": p.act_progress, "dup_threshold": p.act_dup_threshold,
+                "denominator": p.act_denominator, "t_max": schedule.t_max},  # fmt: skip
+        "dup": {"encoder": p.encoder, "clip_at_zero": p.clip_dup_at_zero},
+        "bt": {},
+        "ref": {"verifier": dict(p.verifier)},
+        "step": {"cost": p.step_cost},
+        "ans": {"variant": p.variant},
+    }
+    weights = step_weights(schedule)
+    return [{"name": f"evo_{k}", "key": k, **weights[k], **settings[k]} for k in COMPONENTS]
+
+
+# --- the protocol (§1.6) --------------------------------------------------------------------------------
+
+DEFAULT_USER = (
+    "Answer the multi-hop question below by searching a Wikipedia index one step at a time. At every "
+    "step, think briefly inside <think> and </think>, then write exactly one action: <search> a short, "
+    "self-contained sub-query </search> to retrieve passages, which are shown to you between "
+    "<information> and </information>; <backtrack/> to drop your last step and its passages; <answer> "
+    "a short answer </answer> once the passages suffice; or <refuse/> when they cannot answer the "
+    "question. Do not repeat earlier sub-queries.\nQuestion: {question}"
+)
+
+
+@dataclass
+class EvoRagProtocolConfig:
+    system: str | None = None
+    user: str = DEFAULT_USER
+    information_prefix: str = "\n<information>"
+    information_suffix: str = "</information>\n"
+    doc_template: str = "Doc {index} (Title: {title}) {text}"
+    doc_separator: str = "\n"
+    no_results: str = "No passages found."
+    corrective: str = (
+        "\nThat was not a valid action ({error}). Write one of <search> query </search>, <backtrack/>, "
+        "<answer> answer </answer> or <refuse/>.\n"
+    )
+    refusal_answer: str = "unknown"
+    """The final answer an episode that refuses is scored with (the synthetic world's answer to an
+    unanswerable question); r_ans is 0 for a refusal either way."""
+
+
+ACTION_TAGS = ("search", "answer")
+MARKERS = {"backtrack": "<backtrack/>", "refuse": "<refuse/>"}
+
+
+class EvoRagProtocol(Protocol):
+    name = "evo_rag"
+    backtracks = True
+    stop = ("</search>", "</answer>", "<backtrack/>", "<refuse/>")
+
+    def __init__(self, config: EvoRagProtocolConfig | None = None) -> None:
+        self.config = c = config or EvoRagProtocolConfig()
+        for key, template in (("protocol.user", c.user), ("protocol.system", c.system or "")):
+            try:
+                template.format(question="q")
+            except (KeyError, IndexError, ValueError) as e:
+                raise RagrlError(f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}") from None
+
+    def messages(self, example: Example) -> list[dict[str, str]]:
+        c = self.config
+        q = example.question.strip()
+        out = [{"role": "system", "content": c.system.format(question=q)}] if c.system else []
+        return [*out, {"role": "user", "content": c.user.format(question=q)}]
+
+    def parse(self, text: str, turn: int) -> Action:
+        """Strict: only the text after the last ``</think>`` counts; it must hold action tags of exactly
+        one kind (the last one of that kind is taken)."""
+        if not isinstance(text, str):
+            return Action("invalid", turn=turn, error="no text")
+        head, closed, tail = text.rpartition("</think>")
+        if not closed and "<think>" in text:
+            return Action("invalid", turn=turn, error="unclosed <think>")
+        body = tail if closed else text
+        found: dict[str, str | None] = {}
+        for tag in ACTION_TAGS:
+            spans = find_spans(body, tag)
+            if spans:
+                found[tag] = squash_ws(spans[-1].content)
+        for kind, marker in MARKERS.items():
+            if marker in body:
+                found[kind] = None
+        if not found:
+            return Action("invalid", turn=turn, error="no action tag")
+        if len(found) > 1:
+            return Action("invalid", turn=turn, error=f"more than one action ({', '.join(found)})")
+        kind, content = next(iter(found.items()))
+        if kind in ACTION_TAGS and not content:
+            return Action("invalid", turn=turn, error=f"empty {'query' if kind == 'search' else 'answer'}")
+        if kind == "refuse":
+            content = self.config.refusal_answer
+        return Action(kind, content=content or "", turn=turn)
+
+    def is_final(self, action: Action) -> bool:
+        return action.kind in ("answer", "refuse")
+
+    def observation(self, action: Action, hits: list[Hit]) -> str:
+        c = self.config
+        docs = [
+            c.doc_template.format(index=i, title=h.passage.title, text=h.passage.text, id=h.id, score=h.score)
+            for i, h in enumerate(hits, 1)
+        ]
+        body = c.doc_separator.join(docs) if docs else c.no_results
+        return f"{c.information_prefix}{body}{c.information_suffix}"
+
+    def corrective(self, action: Action) -> str:
+        return self.config.corrective.format(error=action.error or "unreadable action")
+
+    def env_spans(self, text: str) -> list[tuple[int, int]]:
+        import re
+
+        c = self.config
+        patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix)]
+        head, has_error, tail = c.corrective.partition("{error}")
+        patterns.append(re.escape(head) + r".*?" + re.escape(tail) if has_error else re.escape(c.corrective))
+        spans = [m.span() for p in patterns for m in re.finditer(p, text, re.DOTALL)]
+        return sorted(spans)
+
+    def fixed_texts(self) -> list[str]:
+        return [DEFAULT_USER, *MARKERS.values()]
+
+
+# --- evaluation measurements (§5) -----------------------------------------------------------------------
+
+
+def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
+    """Steps (all and SEARCH only), backtracks, invalid steps, refusal, truncation, duplicate searches
+    (max cosine > 0.8, where the reward computed it) and gold recall over the episode."""
+    actions = trajectory.actions
+    searches = [a for a in actions if a.kind == "search"]
+    cos = trajectory.metadata.get("evo_rag", {}).get("max_cos") or []
+    dups = [c for c in cos if c is not None]
+    gold = set(example.supporting_ids)
+    found = {i for a in searches for i in a.retrieved_ids}
+    out = {
+        "steps": float(len(actions)),
+        "search_steps": float(len(searches)),
+        "backtracks": float(sum(a.kind == "backtrack" for a in actions)),
+        "invalid_steps": float(sum(a.kind == "invalid" for a in actions)),
+        "refused": float(bool(actions) and actions[-1].kind == "refuse"),
+        "truncated": float(trajectory.truncated),
+        "answerable": float(example.metadata.get("answerable", True) is not False),
+    }
+    if dups:
+        out["duplicate_rate"] = sum(c > 0.8 for c in dups) / len(dups)
+    if gold:
+        out["gold_recall"] = len(gold & found) / len(gold)
+    return out
+
+
+# --- the config -----------------------------------------------------------------------------------------
+
+
+def _rollout() -> RolloutConfig:
+    return RolloutConfig(kind="stepwise", max_turns=T_MAX, final_answer_turn=True, k=5)
+
+
+@dataclass
+class EvoRagConfig:
+    method: str = "evo_rag"
+    protocol: EvoRagProtocolConfig = field(default_factory=EvoRagProtocolConfig)
+    rollout: RolloutConfig = field(default_factory=_rollout)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    rewards: RewardParams = field(default_factory=RewardParams)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @classmethod
+    def load(cls, name_or_path: str | Path = "evo_rag", overrides: Any = None) -> EvoRagConfig:
+        return to_dataclass(cls, load_method_config(name_or_path, overrides))
+
+
+def build_method(cfg: Any) -> Method:
+    """EVO-RAG from a loaded config (``ragrl.methods.load_method``)."""
+    config = to_dataclass(EvoRagConfig, cfg)
+    if config.rollout.kind != "stepwise":
+        raise RagrlError(f"rollout.kind: EVO-RAG backtracks, so it needs stepwise, got {config.rollout.kind!r}")
+    reward = build_reward(reward_spec(config.schedule, config.rewards))
+    return Method(
+        name=config.method,
+        config=config,
+        protocol=EvoRagProtocol(config.protocol),
+        rollout=config.rollout,
+        reward=reward,
+        train=config.train,
+        diagnostics=diagnostics,
+        step_log=step_log,
+    )
