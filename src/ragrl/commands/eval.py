@@ -370,7 +370,7 @@ def reward_command(
             for t, r_t in enumerate(result.steps):
                 raw = {k: v[t] for k, v in result.step_components.items()}
                 ws = {k: v[t] for k, v in result.step_weights.items()}
-                what = {"step": log[t]} if log is not None else {}
+                what = {"action": log[t]} if log is not None else {}
                 typer.echo(json.dumps({"id": ex_id, "t": t, **what, **raw, "weights": ws, "R_t": r_t}))
             typer.echo(json.dumps({"id": ex_id, **result.components, "return": result.total}))
             continue

@@ -115,12 +115,13 @@ def train(
     out: OutOption = None,
     resume: ResumeOption = None,
 ) -> None:
-    """Train a method's policy with GRPO; writes the run folder and prints the summary as JSON. A config
-    with train.stages runs each stage in turn (<out>/stage-<i>-<name>, docs/training.md)."""
-    from ragrl.train.grpo import GRPOTrainer, check_learnable
+    """Train a method's policy (train.algo: grpo, or cycles of sibling candidates, a reward model and
+    DPO); writes the run folder and prints the summary as JSON. A config with train.stages runs each
+    stage in turn (<out>/stage-<i>-<name>, docs/training.md)."""
     from ragrl.train.report import write_report
     from ragrl.train.setup import process_state
     from ragrl.train.stages import run_stages, stage_dir
+    from ragrl.train.trainers import check_trainable, make_trainer
 
     method = _load(config, set_, out)
     if method.train.stages:
@@ -134,9 +135,9 @@ def train(
                 write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
             print(json.dumps({"stages": summaries}, indent=2))
         return
-    check_learnable(method)  # before the run folder is made
+    check_trainable(method)  # before the run folder is made
     run_dir, resume = _start_run_dir(method, resume)
-    summary = GRPOTrainer(method, method.train, run_dir=run_dir).train(resume=resume)
+    summary = make_trainer(method, method.train, run_dir=run_dir).train(resume=resume)
     _report(run_dir, summary)
 
 

@@ -141,7 +141,7 @@ class Method:
     any other by the mean."""
 
     step_log: Any = None
-    """Optional ``fn(trajectory) -> [dict per step]``: what each step did (action, query, passages,
+    """Optional ``fn(trajectory) -> [dict per step]``: what each step did (its action, query, passages,
     the method's verdicts), read after the reward scored the episode; ``ragrl reward`` adds it to every
     per-step line and evaluation to every trajectory (EVO-RAG's per-step log)."""
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.data.schema import Example
-from ragrl.errors import RagrlError
+from ragrl.errors import DataError, RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.evo_rag_rewards import T_MAX, step_log
 from ragrl.methods.train_config import TrainConfig
@@ -278,6 +278,33 @@ class EvoRagProtocol(Protocol):
 
     def fixed_texts(self) -> list[str]:
         return [DEFAULT_USER, *MARKERS.values()]
+
+    def replay(self, record: dict[str, Any], path: Any, line: int) -> Trajectory | None:
+        """A saved episode as text, ``{id, completion, retrieved_ids?, retrieved_titles?}``: the completion
+        (observations included) is split into steps as the rollout made them, and ``retrieved_ids``
+        gives each executed search's passage ids in order (one list per search), which r_ret and the
+        gold verifier read. Without it the text alone is replayed (every search then misses)."""
+        from ragrl.rollout.replay import trajectory_from_completion
+
+        if "retrieved_ids" not in record:
+            return None
+        traj = trajectory_from_completion(str(record["id"]), record["completion"], self)
+        searches = [a for a in traj.actions if a.kind == "search"]
+        for key in ("retrieved_ids", "retrieved_titles"):
+            lists = record.get(key, [[] for _ in searches])
+            if not isinstance(lists, list) or not all(
+                isinstance(x, list) and all(isinstance(i, str) for i in x) for x in lists
+            ):
+                raise DataError("must be a list of lists of strings, one per search", path=path, line=line,
+                                field=key)  # fmt: skip
+            if len(lists) != len(searches):
+                raise DataError(
+                    f"has {len(lists)} lists but the completion makes {len(searches)} searches",
+                    path=path, line=line, field=key,
+                )  # fmt: skip
+            for action, values in zip(searches, lists, strict=True):
+                setattr(action, key, list(values))
+        return traj
 
 
 # --- evaluation measurements (§5) -----------------------------------------------------------------------

@@ -368,7 +368,7 @@ def step_log(trajectory: Trajectory) -> list[dict[str, Any]]:
     verdicts = info.get("verdicts", {})
     out = []
     for t, action in enumerate(trajectory.actions):
-        row: dict[str, Any] = {"action": action.kind, "text": action.content}
+        row: dict[str, Any] = {"kind": action.kind, "text": action.content}
         if action.kind == "search":
             row.update(doc_ids=action.retrieved_ids, titles=action.retrieved_titles)
             row["max_cos"] = None if cos[t] is None or not math.isfinite(cos[t]) else round(cos[t], 4)

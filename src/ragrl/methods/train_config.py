@@ -147,6 +147,9 @@ retrieval ones are there when the questions have gold passages, and the method's
 as ``eval/method/<name>`` (R²AG's ``tree_recall``, ...)."""
 
 
+ALGOS = ("grpo", "cycles")
+
+
 @dataclass
 class DPOConfig:
     """Preference training on (chosen, rejected) pairs (``ragrl dpo``; ``ragrl.train.dpo``)."""
@@ -164,6 +167,35 @@ class DPOConfig:
     """Stop after this many optimizer steps (0: run all epochs)."""
     lr: float | None = None
     """Learning rate for DPO (None: ``train.optim.lr``)."""
+
+
+@dataclass
+class CycleConfig:
+    """Preference cycles (``train.algo: cycles``; ``ragrl.train.cycles``): each training step rolls
+    out questions, samples sibling candidates at every visited state, trains the reward model one
+    epoch and the policy one DPO epoch (EVO-RAG §3)."""
+
+    questions_per_cycle: int = 16
+    """Training questions rolled out per cycle (one episode each)."""
+    n_candidates: int = 4
+    """Actions per visited state, the episode's own included."""
+    temperature: float = 1.0
+    """Sampling temperature of the extra candidates."""
+    rm_pair_threshold: float = 0.3
+    """Δ: reward-model pairs differ in return by at least this much."""
+    pref_margin: float = 0.2
+    """δ: a state's policy pair (best vs worst sibling) needs this gap."""
+    policy_pair_scorer: str = "true_return"
+    """``true_return`` (the computed return R) or ``rm`` (the reward model's mean head score)."""
+    rm_labels: str = "shared_total"
+    """``shared_total``: every head takes the pair's order (the paper); ``per_component``: each head
+    the order of its own weighted component (our extension)."""
+    rm_lr: float = 1.0e-3
+    rm_batch_size: int = 64
+    rm_val_fraction: float = 0.1
+    """Share of the questions whose pairs validate the reward model (never trained on)."""
+    single_head_control: bool = True
+    """Also train a one-head reward model on the same pairs (the paper's 0.62 vs 0.71 comparison)."""
 
 
 @dataclass
@@ -191,6 +223,10 @@ class TrainConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     dpo: DPOConfig = field(default_factory=DPOConfig)
+    cycles: CycleConfig = field(default_factory=CycleConfig)
+    algo: str = "grpo"
+    """The trainer of ``ragrl train``: ``grpo`` (one policy-gradient step per step) or ``cycles``
+    (preference cycles: siblings, reward model, DPO; ``train.cycles``)."""
     mixed_precision: str = "no"
     """accelerate's ``no`` / ``bf16`` / ``fp16`` (GPU); the CPU path stays fp32."""
     eval_every: int = 0
@@ -237,6 +273,25 @@ class TrainConfig:
             ("train.grpo.kl_params", KL_ESTIMATORS.get(g.kl), g.kl_params, ("logp", "ref_logp")),
         ):  # fmt: skip
             _check_params(key, fn, params, own)
+        c = self.cycles
+        if self.algo not in ALGOS:
+            raise RagrlError(f"train.algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
+        for key, value, allowed in (
+            ("train.cycles.policy_pair_scorer", c.policy_pair_scorer, ("true_return", "rm")),
+            ("train.cycles.rm_labels", c.rm_labels, ("shared_total", "per_component")),
+        ):
+            if value not in allowed:
+                raise RagrlError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+        if c.questions_per_cycle < 1 or c.n_candidates < 2 or c.rm_batch_size < 1:
+            raise RagrlError(
+                "train.cycles: questions_per_cycle and rm_batch_size must be >= 1 and n_candidates >= 2, got "
+                f"{c.questions_per_cycle}, {c.rm_batch_size} and {c.n_candidates}"
+            )
+        if not 0.0 <= c.rm_val_fraction < 1.0 or c.rm_pair_threshold < 0 or c.pref_margin < 0:
+            raise RagrlError(
+                "train.cycles: rm_val_fraction must be in [0, 1) and the pair thresholds >= 0, got "
+                f"{c.rm_val_fraction}, {c.rm_pair_threshold} and {c.pref_margin}"
+            )
         if g.whiten not in WHITEN_MODES:
             raise RagrlError(f"train.grpo.whiten must be one of {', '.join(WHITEN_MODES)}, got {g.whiten!r}")
         if not 0.0 <= g.clip_low < 1.0 or g.clip_high < 0.0:

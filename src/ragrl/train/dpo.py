@@ -56,15 +56,21 @@ class DPOTrainer(Trainer):
         if not pairs:
             raise RagrlError("DPO: no preference pairs to train on")
         self.pairs = list(pairs)
-        if config.dpo.batch_size % self.acc.num_processes:
+        self._setup_reference()
+        self._prepare(len(self.pairs), self.total_steps, lr=config.dpo.lr)
+
+    def _setup_reference(self) -> None:
+        """The batch-size check and the reference: a frozen copy of the starting policy, or none (under
+        LoRA the base model with the adapters off; reference-free)."""
+        d = self.config.dpo
+        if d.batch_size % self.acc.num_processes:
             raise RagrlError(
-                f"train.dpo.batch_size ({config.dpo.batch_size}) must be a multiple of the number of "
+                f"train.dpo.batch_size ({d.batch_size}) must be a multiple of the number of "
                 f"processes ({self.acc.num_processes})"
             )
         self.ref_model = None
-        if not config.dpo.reference_free and config.model.lora is None:
+        if not d.reference_free and self.config.model.lora is None:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self._prepare(len(self.pairs), self.total_steps, lr=config.dpo.lr)
 
     @property
     def total_steps(self) -> int:
@@ -79,6 +85,14 @@ class DPOTrainer(Trainer):
         per_process = d.batch_size // self.acc.num_processes
         first = self.acc.process_index * per_process
         pairs = [self.pairs[i] for i in self.sampler.take(d.batch_size)[first : first + per_process]]
+        out = self.preference_update(pairs, d.batch_size)
+        self.step_count += 1
+        return {**out, "step_seconds": round(time.perf_counter() - t0, 3)}
+
+    def preference_update(self, pairs: Sequence[PreferencePair], global_batch: int) -> dict[str, Any]:
+        """Steps 2-4 on this process's ``pairs`` of a global batch of ``global_batch`` pairs: one optimizer
+        update; the batch means of the loss, the implicit rewards and the log-probs."""
+        d = self.config.dpo
         rows = [p.chosen for p in pairs] + [p.rejected for p in pairs]
         batch = sequence_batch(rows, self.pad_id, self.acc.device)
 
@@ -97,10 +111,9 @@ class DPOTrainer(Trainer):
             beta=d.beta, loss_type=d.loss_type, label_smoothing=d.label_smoothing,
             reference_free=d.reference_free,
         )  # fmt: skip
-        loss = losses.sum() / d.batch_size * self.acc.num_processes
+        loss = losses.sum() / global_batch * self.acc.num_processes
         self.acc.backward(loss)
         grad_norm = self.optimizer_step()
-        self.step_count += 1
 
         margins = chosen_rewards - rejected_rewards
         accuracy = (margins > 0).float().mean()
@@ -121,7 +134,6 @@ class DPOTrainer(Trainer):
             "logps/rejected": values[6],
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0],
-            "step_seconds": round(time.perf_counter() - t0, 3),
         }
 
     def _summed_logprobs(self, model: Any, b: SequenceBatch) -> torch.Tensor:

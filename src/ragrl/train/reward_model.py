@@ -168,7 +168,13 @@ class RewardModelTrainer:
         config: RewardModelConfig,
         *,
         name: str = "",
+        model: MultiHeadRewardModel | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        held_out: set[str] | None = None,
     ) -> None:
+        """``model`` / ``optimizer``: go on training these heads (preference cycles train one epoch a
+        cycle on new pairs); ``held_out``: the questions whose pairs validate (the id before ``#``), in
+        place of a ``val_fraction`` split of these pairs."""
         if not pairs:
             raise RagrlError("reward model: no pairs to train on")
         if not 0.0 <= config.val_fraction < 1.0:
@@ -183,10 +189,19 @@ class RewardModelTrainer:
         self.signs = torch.tensor(
             [[float(p.signs.get(h, 1.0)) for h in config.heads] for p in pairs], dtype=torch.float32
         )
-        self.train_rows, self.val_rows = _split([p.pair.id for p in pairs], config.val_fraction, config.seed)
-        torch.manual_seed(config.seed)
-        self.model = MultiHeadRewardModel(emb.shape[1], config.heads, encoder=name)
-        self.optimizer = torch.optim.AdamW(
+        ids = [p.pair.id for p in pairs]
+        if held_out is None:
+            self.train_rows, self.val_rows = _split(ids, config.val_fraction, config.seed)
+        else:
+            self.val_rows = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] in held_out]
+            self.train_rows = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] not in held_out]
+        if model is None:
+            torch.manual_seed(config.seed)
+            model = MultiHeadRewardModel(emb.shape[1], config.heads, encoder=name)
+        elif list(model.head_names) != list(config.heads):
+            raise RagrlError(f"reward model: the heads {model.head_names} are not {config.heads}")
+        self.model = model
+        self.optimizer = optimizer or torch.optim.AdamW(
             self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
         self.history: list[dict[str, float]] = []

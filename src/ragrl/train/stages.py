@@ -1,4 +1,4 @@
-"""Staged training: a list of GRPO runs, each with its own overrides, each starting from the previous
+"""Staged training: a list of runs (GRPO, or preference cycles), each with its own overrides, each starting from the previous
 stage's final or best policy (EVO-RAG's two curriculum stages; any warm-up then main phase).
 
 ``train.stages`` in a method config lists the stages::
@@ -52,7 +52,7 @@ def run_stages(
 
     ``stop=(i, n)`` ends the run after step ``n`` of stage ``i`` with a checkpoint, as a crash right
     after saving would (for tests of exact resume)."""
-    from ragrl.train.grpo import GRPOTrainer, check_learnable
+    from ragrl.train.trainers import check_trainable, make_trainer
 
     base = load_method(config, list(overrides))  # checks every stage's config too
     stages, out = base.train.stages, Path(base.train.out)
@@ -70,7 +70,7 @@ def run_stages(
     summaries = [f["summary"] for f in finished]
     for i, stage in enumerate(stages):  # before any stage trains: no stage that can never learn
         try:
-            check_learnable(load_method(config, [*overrides, *stage.overrides, "train.stages=[]"]))
+            check_trainable(load_method(config, [*overrides, *stage.overrides, "train.stages=[]"]))
         except RagrlError as e:
             raise RagrlError(f"train.stages[{i}] ({stage.name}): {e}") from None
     for i, stage in enumerate(stages):
@@ -89,7 +89,7 @@ def run_stages(
         state.wait_for_everyone()
         if state.is_main_process:
             console.print(f"stage {i} ({stage.name}): from {start}, {method.train.steps} steps -> {where}")
-        trainer = GRPOTrainer(method, method.train, run_dir=where)
+        trainer = make_trainer(method, method.train, run_dir=where)
         until = stop[1] if stop is not None and stop[0] == i else None  # train() saves where it stops
         summary = trainer.train(resume="latest" if in_progress else None, until=until)
         ended_early = trainer.stopped_early or trainer.exhausted()  # patience, or its questions ran out

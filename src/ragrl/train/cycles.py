@@ -1,0 +1,245 @@
+"""Preference cycles: rollouts with sibling candidates, one reward-model epoch and one DPO epoch a step.
+
+EVO-RAG's training loop (spec §3.1-3.6; RAG-Gym's process supervision has the same shape), selected
+with ``train.algo: cycles``. One step of ``CycleTrainer`` is one cycle, top to bottom:
+
+1. the next ``train.cycles.questions_per_cycle`` training questions (a shuffled pass over the set) are
+   played once each with the method's rollout, sampling as in training;
+2. every visited state gets ``n_candidates - 1`` sibling actions beside the one the episode took, each
+   scored as a branch with the method's reward (``ragrl.train.siblings``);
+3. the reward model trains one epoch on the pairs whose returns differ by at least
+   ``rm_pair_threshold`` (Δ): one head per reward component on the frozen reference's last-token
+   embeddings, and beside it the single-head control; the pairs of a fixed share of the training
+   questions (``rm_val_fraction``) are never trained on and give the validation loss and accuracy;
+4. the policy trains one DPO epoch (``train.dpo``: β, loss, reference or reference-free; batches of
+   ``train.dpo.batch_size``) on one pair per state, its best and worst sibling when they differ by at
+   least ``pref_margin`` (δ), scored by the true return or by the reward model.
+
+The shared trainer evaluates every ``train.eval_every`` cycles, keeps the best policy
+(``train.best_metric``), stops after ``train.patience`` evaluations without a new best (EVO-RAG: dev EM,
+2 cycles), checkpoints with exact resume (the reward-model heads and their optimizers included), and
+``train.stages`` runs the curriculum stages, each from the previous stage's best policy.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ragrl.errors import RagrlError
+from ragrl.methods import Method
+from ragrl.methods.train_config import TrainConfig
+from ragrl.rewards.registry import RewardContext
+from ragrl.rollout.limits import check_prompts
+from ragrl.train.base import Trainer, load_examples
+from ragrl.train.dpo import DPOTrainer
+from ragrl.train.reward_model import MultiHeadRewardModel, RewardModelConfig, RewardModelTrainer, embed_sequences
+from ragrl.train.siblings import VisitedState, policy_pairs, reward_model_pairs, sample_siblings
+
+RM_FILES = {"multi": "reward_model", "single": "reward_model_single"}
+
+
+class _AdaptersOff(torch.nn.Module):
+    """The LoRA policy's base model as a frozen encoder: every call runs with the adapters off."""
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, **kwargs: Any) -> Any:
+        with self.policy.disable_adapter():
+            return self.policy(**kwargs)
+
+
+class CycleTrainer(DPOTrainer):
+    kind = "cycle"
+
+    def __init__(
+        self, method: Method, config: TrainConfig, *, train_examples: Sequence[Any] | None = None, **kwargs: Any
+    ) -> None:
+        Trainer.__init__(self, method, config, **kwargs)
+        if self.acc.num_processes > 1:
+            raise RagrlError("train.algo cycles runs on one process (rollouts and pairs are not sharded yet)")
+        if method.reward.keys and not method.reward.per_step:
+            raise RagrlError(f"train.algo cycles needs a per-step reward; {method.name}'s is per episode")
+        if train_examples is None:
+            if not config.data.train:
+                raise RagrlError("train.data.train: no training questions given")
+            train_examples = load_examples(config.data.train, "train.data.train")
+        self.train_examples = method.prepare_examples(train_examples, "train.data.train")
+        check_prompts(self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train")
+        self._setup_reference()
+        c = config.cycles
+        updates = config.steps * math.ceil(c.questions_per_cycle * method.rollout.max_turns / config.dpo.batch_size)
+        self._prepare(len(self.train_examples), updates, lr=config.dpo.lr)
+        self.rollout = method.make_rollout(self.backend, self.retriever)
+        ids = sorted(ex.id for ex in self.train_examples)
+        random.Random(config.seed).shuffle(ids)
+        self.rm_held_out = set(ids[: round(len(ids) * c.rm_val_fraction)])
+        """The questions whose pairs validate the reward model (never trained on)."""
+        self.reward_models: dict[str, tuple[MultiHeadRewardModel, torch.optim.Optimizer]] = {}
+
+    # -- one cycle ----------------------------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        c, t0 = self.config.cycles, time.perf_counter()
+        questions = [self.train_examples[i] for i in self.sampler.take(c.questions_per_cycle)]
+        seed = self.config.seed * 1_000_003 + self.step_count
+
+        # 1. one episode per question, sampling
+        self.policy.eval()
+        episodes = self.rollout.run(questions, n=1, seed=seed)
+        ctx = RewardContext(step=self.step_count, total_steps=self.total_steps)
+        results = self.method.reward.score(episodes, questions, ctx)
+
+        # 2. sibling candidates at every visited state, each scored as a branch
+        states = sample_siblings(
+            self.method, self.backend, self.retriever, episodes, questions,
+            n_candidates=c.n_candidates, temperature=c.temperature, seed=seed, ctx=ctx,
+        )  # fmt: skip
+        t_rollout = time.perf_counter() - t0
+
+        # 3. the reward model: one epoch on the Δ-filtered pairs (multi-head, and the one-head control)
+        metrics: dict[str, Any] = {}
+        rm_pairs = reward_model_pairs(states, c.rm_pair_threshold, c.rm_labels)
+        if rm_pairs:
+            metrics.update(self._train_reward_model("multi", list(self.method.reward.keys), rm_pairs))
+            if c.single_head_control:
+                shared = reward_model_pairs(states, c.rm_pair_threshold, "shared_total")
+                if shared:
+                    metrics.update(self._train_reward_model("single", ["total"], shared))
+        if c.policy_pair_scorer == "rm":
+            self._score_with_reward_model(states)
+
+        # 4. the policy: one DPO epoch on one pair per state (best vs worst sibling, margin δ)
+        pairs = policy_pairs(states, c.pref_margin, "rm_score" if c.policy_pair_scorer == "rm" else "prefix_return")
+        self.policy.train()
+        dpo = self._dpo_epoch(pairs, seed)
+        self.step_count += 1
+
+        metrics.update(dpo)
+        metrics.update(_episode_metrics(episodes, questions, results, self.method))
+        metrics.update(_pair_metrics(states, rm_pairs, pairs))
+        metrics.update(seconds_rollout=round(t_rollout, 2), step_seconds=round(time.perf_counter() - t0, 2))
+        return metrics
+
+    def _dpo_epoch(self, pairs: list[Any], seed: int) -> dict[str, Any]:
+        """One pass over ``pairs`` in shuffled batches of ``train.dpo.batch_size`` (the last may be smaller)."""
+        if not pairs:
+            return {"dpo/updates": 0}
+        order = list(range(len(pairs)))
+        random.Random(seed).shuffle(order)
+        size = self.config.dpo.batch_size
+        rows = []
+        for i in range(0, len(order), size):
+            batch = [pairs[j] for j in order[i : i + size]]
+            rows.append((len(batch), self.preference_update(batch, len(batch))))
+        n = sum(k for k, _ in rows)
+        out = {f"dpo/{key}": sum(k * r[key] for k, r in rows) / n for key in rows[0][1] if key != "lr"}
+        return {**out, "dpo/updates": len(rows), "lr": rows[-1][1]["lr"], "loss": out["dpo/loss"]}
+
+    # -- the reward model ------------------------------------------------------------------------------
+    def _encoder(self) -> Any:
+        if self.ref_model is not None:
+            return self.ref_model
+        if self.config.model.lora is not None:
+            return _AdaptersOff(self.policy)
+        raise RagrlError(
+            "the reward model embeds with the frozen reference, and a reference-free run without LoRA has "
+            "none: set train.dpo.reference_free false, or use LoRA"
+        )
+
+    def _train_reward_model(self, which: str, heads: list[str], pairs: list[Any]) -> dict[str, float]:
+        c = self.config.cycles
+        config = RewardModelConfig(heads=heads, epochs=1, batch_size=c.rm_batch_size, lr=c.rm_lr, seed=self.config.seed)
+        model, optimizer = self.reward_models.get(which, (None, None))
+        trainer = RewardModelTrainer(
+            self._encoder(), self.pad_id, pairs, config, name=str(self.config.model.path or ""),
+            model=model, optimizer=optimizer, held_out=self.rm_held_out,
+        )  # fmt: skip
+        self.reward_models[which] = (trainer.model, trainer.optimizer)
+        record = trainer.train()[-1]
+        out = {f"rm/{which}/{k}": v for k, v in record.items() if k != "epoch" and isinstance(v, float)}
+        return {**out, f"rm/{which}/pairs": len(trainer.train_rows), f"rm/{which}/val_pairs": len(trainer.val_rows)}
+
+    def _score_with_reward_model(self, states: list[VisitedState]) -> None:
+        """Each candidate's ``rm_score``: the multi-head reward model's mean head score."""
+        if "multi" not in self.reward_models:
+            return  # no pairs trained it yet: every rm_score stays 0 and no policy pair passes a margin
+        model = self.reward_models["multi"][0]
+        candidates = [(s, c) for s in states for c in s.candidates]
+        emb = embed_sequences(self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id)
+        with torch.no_grad():
+            scores = model(emb).mean(dim=1).tolist()
+        for (_, c), score in zip(candidates, scores, strict=True):
+            c.rm_score = float(score)
+
+    # -- checkpoints: the reward models go with the policy --------------------------------------------------
+    def save(self) -> Path:
+        ckpt = super().save()
+        if self.acc.is_main_process:
+            for which, (model, optimizer) in self.reward_models.items():
+                model.save(ckpt / RM_FILES[which])
+                torch.save(optimizer.state_dict(), ckpt / RM_FILES[which] / "optimizer.pt")
+        return ckpt
+
+    def load(self, checkpoint: str | Path) -> Path:
+        ckpt = super().load(checkpoint)
+        for which, name in RM_FILES.items():
+            if (ckpt / name).is_dir():
+                model = MultiHeadRewardModel.load(ckpt / name)
+                optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.cycles.rm_lr)
+                optimizer.load_state_dict(torch.load(ckpt / name / "optimizer.pt", weights_only=True))
+                self.reward_models[which] = (model, optimizer)
+        return ckpt
+
+    def finish(self) -> dict[str, Any]:
+        summary = super().finish()
+        if self.acc.is_main_process:
+            for which, (model, _) in self.reward_models.items():
+                model.save(self.run_dir / RM_FILES[which])
+        return summary
+
+
+# --- what a cycle logs ----------------------------------------------------------------------------------
+
+
+def _episode_metrics(episodes: list[Any], questions: list[Any], results: list[Any], method: Method) -> dict[str, float]:
+    n = len(episodes)
+    out = {
+        "reward": sum(r.total for r in results) / n,
+        "steps": sum(len(e.actions) for e in episodes) / n,
+        "answer_rate": sum(e.final_answer is not None for e in episodes) / n,
+        "truncation_rate": sum(e.truncated for e in episodes) / n,
+    }
+    for key in method.reward.keys:
+        out[f"reward/{key}"] = sum(r.components[key] for r in results) / n
+    diagnosed = [method.diagnose(e, q) for e, q in zip(episodes, questions, strict=True)]
+    for key in dict.fromkeys(k for d in diagnosed for k in d):
+        values = [d[key] for d in diagnosed if key in d]
+        out[key] = sum(values) / len(values)
+    return out
+
+
+def _pair_metrics(states: list[VisitedState], rm_pairs: list[Any], pairs: list[Any]) -> dict[str, Any]:
+    """How many states, siblings and pairs the cycle made, and the policy pairs by (chosen > rejected)
+    action kinds (EVO-RAG §2.7 asks which decisions ever pass the margins)."""
+    kinds: Counter[str] = Counter()
+    by_id = {s.pair_prefix: s for s in states}
+    for pair in pairs:
+        prefix, i, j = pair.id.rsplit(".", 2)
+        state = by_id[prefix]
+        kinds[f"{state.candidates[int(i)].action.kind}>{state.candidates[int(j)].action.kind}"] += 1
+    return {
+        "states": len(states),
+        "siblings": sum(len(s.candidates) for s in states) / max(len(states), 1),
+        "rm_pairs": len(rm_pairs),
+        "policy_pairs": len(pairs),
+        **{f"pairs/{k}": v for k, v in sorted(kinds.items())},
+    }

@@ -1,0 +1,249 @@
+"""Sibling candidates at every visited state, and the preference pairs they make (EVO-RAG §3.1-3.2).
+
+A step-wise episode (``rollout.kind: stepwise``) records, for each of its steps, the context the policy
+saw. ``sample_siblings`` returns to every such state and samples ``n_candidates - 1`` more actions there
+(one batched generate call for all states), beside the one the episode took (Algorithm 1 follows the
+sampled action). Candidates with the same action kind and normalised text are merged. Each candidate
+becomes a *branch*: the episode's record up to the state, then the candidate's turn and, for a search,
+the passages it retrieves (one batched retriever call). Every branch is scored with the method's own
+reward in one call, so a candidate's value is exactly what the reward says of that step:
+
+* ``step_reward``: its step's ``R_t``; ``prefix_return``: ``R(x)``, the branch's return up to and
+  including the candidate (the default ``return_mode: prefix``; the shared prefix cancels in a pair);
+* ``weighted``: each component's ``w_k(t)·r_k(t)`` at that step (for per-component reward-model labels).
+
+``reward_model_pairs`` keeps every pair of siblings whose returns differ by at least ``threshold``
+(EVO-RAG's Δ = 0.3); ``policy_pairs`` one pair per state, the best and the worst sibling, when they
+differ by at least ``margin`` (δ = 0.2). Pair ids are ``<question id>#<episode>.<step>.<i>.<j>``, so a
+held-out split keeps a question's pairs together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.rewards.registry import RewardContext
+from ragrl.rollout.engine import episode_seed, turn_seed
+from ragrl.rollout.protocol import squash_ws
+from ragrl.rollout.sample import PreferencePair, Sample
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
+from ragrl.train.reward_model import RewardPair
+
+SIBLING_STEP = 50_000
+"""Offset of the siblings' seed stream (never a turn index of the rollout itself)."""
+
+
+@dataclass
+class Candidate:
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    action: Action
+    branch: Trajectory
+    sampled: bool = False
+    """The action the episode itself took at this state."""
+    step_reward: float = 0.0
+    prefix_return: float = 0.0
+    weighted: dict[str, float] = field(default_factory=dict)
+    rm_score: float = 0.0
+    """The reward model's score of the candidate (the mean of its heads), when a cycle computes it."""
+
+
+@dataclass
+class VisitedState:
+    episode: int
+    step: int
+    example: Example
+    prompt_ids: list[int]
+    """The episode's prompt and the context the policy saw at this step."""
+    candidates: list[Candidate] = field(default_factory=list)
+
+    @property
+    def pair_prefix(self) -> str:
+        return f"{self.example.id}#{self.episode}.{self.step}"
+
+
+def _branch(
+    episode: Trajectory, step: int, segments: list[Segment], action: Action, final: bool
+) -> Trajectory:
+    """A branch: ``segments`` (the episode's record up to the state, then a candidate's turn and what
+    followed it) with the episode's actions before ``step`` and the candidate's ``action``."""
+    contexts = episode.metadata["contexts"]
+    return Trajectory(
+        episode.example_id,
+        list(episode.prompt_ids),
+        segments=list(segments),
+        actions=[*[dataclasses.replace(a) for a in episode.actions[:step]], action],
+        final_answer=action.content if final else None,
+        finish_reason="answer" if final else "",
+        metadata={"group": episode.metadata.get("group", 0), "contexts": [list(c) for c in contexts[: step + 1]]},
+    )
+
+
+def _policy_at(episode: Trajectory) -> list[int]:
+    return [i for i, s in enumerate(episode.segments) if s.kind == "policy"]
+
+
+def visited_states(episodes: Sequence[Trajectory], examples: Sequence[Example], protocol: Any) -> list[VisitedState]:
+    """One state per step of every episode, holding the step's own action as its first candidate."""
+    states = []
+    for e, (episode, example) in enumerate(zip(episodes, examples, strict=True)):
+        contexts = episode.metadata.get("contexts")
+        policy_at = _policy_at(episode)
+        if contexts is None or len(contexts) != len(policy_at) or len(policy_at) != len(episode.actions):
+            raise RagrlError(
+                f"sibling candidates need a step-wise episode (one action and one recorded context per "
+                f"step); the episode of {episode.example_id!r} is not one"
+            )
+        for t, i in enumerate(policy_at):
+            prompt = list(episode.prompt_ids) + [x for j in contexts[t] for x in episode.segments[j].token_ids]
+            end = policy_at[t + 1] if t + 1 < len(policy_at) else len(episode.segments)
+            action = dataclasses.replace(episode.actions[t])
+            own = _branch(episode, t, episode.segments[:end], action, protocol.is_final(action))
+            seg = episode.segments[i]
+            logprobs = list(seg.logprobs or [0.0] * len(seg.token_ids))
+            state = VisitedState(e, t, example, prompt)
+            state.candidates.append(Candidate(list(seg.token_ids), logprobs, seg.text, action, own, sampled=True))
+            states.append(state)
+    return states
+
+
+def _key(action: Action) -> tuple[str, str]:
+    return action.kind, squash_ws(action.content).lower()
+
+
+def sample_siblings(
+    method: Any,
+    backend: Any,
+    retriever: Any,
+    episodes: Sequence[Trajectory],
+    examples: Sequence[Example],
+    *,
+    n_candidates: int,
+    temperature: float,
+    seed: int,
+    ctx: RewardContext | None = None,
+) -> list[VisitedState]:
+    """Every visited state with its distinct candidates (the episode's own action first), each scored
+    as a branch with ``method.reward`` (see the module docstring)."""
+    if n_candidates < 2:
+        raise RagrlError(f"n_candidates must be >= 2 (a pair needs two siblings), got {n_candidates}")
+    protocol, rollout = method.protocol, method.rollout
+    states = visited_states(episodes, examples, protocol)
+    extra = n_candidates - 1
+    prompts = [s.prompt_ids for s in states for _ in range(extra)]
+    seeds = tuple(episode_seed(seed, SIBLING_STEP + s.step, s.episode, j) for s in states for j in range(extra))
+    params = dataclasses.replace(rollout, temperature=temperature).sampling(
+        rollout.max_new_tokens, protocol.stop, turn_seed(seed, SIBLING_STEP), seeds
+    )
+    generations = backend.generate(prompts, params) if prompts else []
+    tokenizer = backend.tokenizer
+    searches: list[tuple[Candidate, Action]] = []
+    for n, state in enumerate(states):
+        episode = episodes[state.episode]
+        before = episode.segments[: _policy_at(episode)[state.step]]
+        seen = {_key(state.candidates[0].action)}
+        for gen in generations[n * extra : (n + 1) * extra]:
+            ids = [int(t) for t in gen.token_ids]
+            text = tokenizer.decode(ids, skip_special_tokens=False)
+            action = protocol.safe_parse(text, state.step)
+            if _key(action) in seen:
+                continue
+            seen.add(_key(action))
+            logprobs = [float(x) for x in gen.logprobs] if gen.logprobs is not None else [0.0] * len(ids)
+            segment = Segment("policy", ids, text, logprobs=logprobs, finish_reason=gen.finish_reason)
+            branch = _branch(episode, state.step, [*before, segment], action, protocol.is_final(action))
+            candidate = Candidate(ids, logprobs, text, action, branch)
+            state.candidates.append(candidate)
+            if protocol.is_search(action) and retriever is not None:
+                searches.append((candidate, action))
+            elif action.kind == "invalid":
+                branch.segments.append(_env(protocol.corrective(action), tokenizer))
+    if searches:
+        results = retriever.search([a.content for _, a in searches], rollout.k)
+        for (candidate, action), hits in zip(searches, results, strict=True):
+            action.retrieved_ids = [h.id for h in hits]
+            action.retrieved_scores = [float(h.score) for h in hits]
+            action.retrieved_titles = [h.passage.title for h in hits]
+            candidate.branch.segments.append(_env(protocol.observation(action, hits), tokenizer))
+    _score(method, states, ctx or RewardContext())
+    return states
+
+
+def _env(text: str, tokenizer: Any) -> Segment:
+    return Segment("env", list(tokenizer.encode(text, add_special_tokens=False)), text)
+
+
+def _score(method: Any, states: list[VisitedState], ctx: RewardContext) -> None:
+    """Score every branch in one call: its step's R_t, its return so far and each weighted component."""
+    candidates = [c for s in states for c in s.candidates]
+    results = method.reward.score([c.branch for c in candidates], [s.example for s in states for _ in s.candidates], ctx)
+    for c, result in zip(candidates, results, strict=True):
+        if result.steps is None:
+            raise RagrlError("sibling candidates need a per-step reward (R_t for every step)")
+        t = len(result.steps) - 1
+        c.step_reward, c.prefix_return = result.steps[t], sum(result.steps)
+        c.weighted = {k: result.step_weights[k][t] * v[t] for k, v in result.step_components.items()}
+
+
+# --- preference pairs -----------------------------------------------------------------------------------
+
+
+def _pair(state: VisitedState, i: int, j: int, margin: float) -> PreferencePair:
+    def side(c: Candidate) -> Sample:
+        return Sample(list(state.prompt_ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs),
+                      group=state.episode, step=state.step, example_id=state.example.id)  # fmt: skip
+
+    chosen, rejected = state.candidates[i], state.candidates[j]
+    return PreferencePair(side(chosen), side(rejected), margin, f"{state.pair_prefix}.{i}.{j}")
+
+
+def _ordered(state: VisitedState, a: int, b: int) -> tuple[int, int, float]:
+    ra, rb = state.candidates[a].prefix_return, state.candidates[b].prefix_return
+    return (a, b, ra - rb) if ra >= rb else (b, a, rb - ra)
+
+
+def reward_model_pairs(
+    states: Sequence[VisitedState], threshold: float, labels: str = "shared_total"
+) -> list[RewardPair]:
+    """Every pair of siblings at a state whose returns differ by at least ``threshold``. ``labels``:
+    ``shared_total`` (every head takes the pair's order, the paper's loss) or ``per_component`` (head
+    k is ordered by its own weighted component, with the same threshold; 0 where it is not met; a pair
+    is kept when some head has a label)."""
+    if labels not in ("shared_total", "per_component"):
+        raise RagrlError(f"reward-model labels are shared_total or per_component, got {labels!r}")
+    out = []
+    for state in states:
+        for a, b in combinations(range(len(state.candidates)), 2):
+            i, j, gap = _ordered(state, a, b)
+            if labels == "shared_total":
+                if gap >= threshold:
+                    out.append(RewardPair(_pair(state, i, j, gap)))
+                continue
+            ci, cj = state.candidates[i].weighted, state.candidates[j].weighted
+            signs = {k: (1.0 if ci[k] - cj[k] >= threshold else -1.0 if cj[k] - ci[k] >= threshold else 0.0)
+                     for k in ci}  # fmt: skip
+            if any(signs.values()):
+                out.append(RewardPair(_pair(state, i, j, gap), signs))
+    return out
+
+
+def policy_pairs(states: Sequence[VisitedState], margin: float, score: str = "prefix_return") -> list[PreferencePair]:
+    """One pair per state: its best and worst sibling by ``score`` (``prefix_return``, the true return,
+    or ``rm_score``), kept when they differ by at least ``margin``."""
+    out = []
+    for state in states:
+        if len(state.candidates) < 2:
+            continue
+        values = [float(getattr(c, score)) for c in state.candidates]
+        best = max(range(len(values)), key=lambda i: (values[i], -i))
+        worst = min(range(len(values)), key=lambda i: (values[i], i))
+        if values[best] - values[worst] >= margin:
+            out.append(_pair(state, best, worst, values[best] - values[worst]))
+    return out
