@@ -307,6 +307,30 @@ class EvoRagProtocol(Protocol):
         return traj
 
 
+# --- the demonstrator for a warm start (§3.7) ------------------------------------------------------------
+
+
+class EvoRagOracle:
+    """The synthetic world's search oracle in EVO-RAG's grammar: it searches each gold sub-question
+    (or supporting title), then answers; on a question the corpus cannot answer it refuses
+    (``<refuse/>``) instead of answering ``unknown``. Uses gold fields: an upper bound and a source of
+    SFT traces (the paper's unspecified warm start; ours)."""
+
+    name = "oracle"
+
+    def __init__(self) -> None:
+        from ragrl.synth.demonstrators import OracleDemonstrator
+
+        self.inner = OracleDemonstrator()
+
+    def next_turn(self, example: Example, history: list[Any]) -> str:
+        text = self.inner.next_turn(example, history)
+        if example.metadata.get("answerable", True) is False and "<answer>" in text:
+            thought = text[: text.index("<answer>")].rstrip()
+            return f"{thought}\n{MARKERS['refuse']}"
+        return text
+
+
 # --- evaluation measurements (§5) -----------------------------------------------------------------------
 
 
@@ -371,4 +395,5 @@ def build_method(cfg: Any) -> Method:
         train=config.train,
         diagnostics=diagnostics,
         step_log=step_log,
+        oracle=EvoRagOracle(),
     )

@@ -129,8 +129,12 @@ class QueryEncoder:
     """L2-normalised sentence embeddings of sub-queries (all-MiniLM-L6-v2 by default), cached by text."""
 
     def __init__(self, model: str | None = None) -> None:
+        import sentence_transformers  # noqa: F401 - imports transformers, whose progress bars go quiet next
+
+        from ragrl.console import quiet_libraries
         from ragrl.retrieval.dense import load_encoder, resolve_device, resolve_model_path
 
+        quiet_libraries()
         self.name, path = resolve_model_path(model)
         self.encoder = load_encoder(path, resolve_device("cpu"))
         self.cache: dict[str, np.ndarray] = {}

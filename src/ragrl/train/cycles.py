@@ -86,6 +86,10 @@ class CycleTrainer(DPOTrainer):
         """The questions whose pairs validate the reward model (never trained on)."""
         self.reward_models: dict[str, tuple[MultiHeadRewardModel, torch.optim.Optimizer]] = {}
 
+    @property
+    def total_steps(self) -> int:
+        return self.config.steps
+
     # -- one cycle ----------------------------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
         c, t0 = self.config.cycles, time.perf_counter()

@@ -1,0 +1,146 @@
+"""Preference cycles (EVO-RAG §3): sibling candidates scored as branches, the Δ / δ pair filters with the
+spec's worked examples, and a cycle trainer that trains the reward models and the policy and resumes
+exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragrl.data.io import read_examples
+from ragrl.data.schema import Example
+from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.methods import load_method
+from ragrl.retrieval.base import load_retriever
+from ragrl.rewards.registry import RewardContext
+from ragrl.rollout.trajectory import Action, Trajectory
+from ragrl.train.cycles import CycleTrainer
+from ragrl.train.setup import load_policy, make_accelerator
+from ragrl.train.siblings import Candidate, VisitedState, policy_pairs, reward_model_pairs, sample_siblings
+
+
+def _method(world: Path, run: Path, *extra: str):
+    return load_method(
+        "evo_rag-tiny",
+        [
+            f"train.model.path={world / 'model'}", f"train.out={run}", f"train.data.train={world / 'train.jsonl'}",
+            f"train.data.index={world / 'bm25'}", "rollout.max_turns=3", "train.cycles.questions_per_cycle=4",
+            "train.cycles.n_candidates=3", "train.dpo.batch_size=4", "train.stages=[]", "train.optim.lr=1e-3",
+            *extra,
+        ],
+    )  # fmt: skip
+
+
+def test_siblings_are_distinct_actions_scored_as_branches(world_dir):
+    method = _method(world_dir, Path("unused"))
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    backend = TransformersBackend(model, tokenizer)
+    retriever = load_retriever(world_dir / "bm25")
+    examples = read_examples(world_dir / "train.jsonl")[0][:4]
+    episodes = method.make_rollout(backend, retriever).run(examples, n=1, seed=3)
+    results = method.reward.score(episodes, examples, RewardContext())
+    states = sample_siblings(method, backend, retriever, episodes, examples, n_candidates=4, temperature=1.0, seed=3)
+    assert len(states) == sum(len(e.actions) for e in episodes)
+    for state in states:
+        own = state.candidates[0]
+        assert own.sampled and not any(c.sampled for c in state.candidates[1:])
+        # the episode's own action, scored as a branch, gets exactly what the episode's reward gave it
+        steps = results[state.episode].steps
+        assert own.step_reward == pytest.approx(steps[state.step])
+        assert own.prefix_return == pytest.approx(sum(steps[: state.step + 1]))
+        keys = [(c.action.kind, c.action.content.lower()) for c in state.candidates]
+        assert len(set(keys)) == len(keys) <= 4
+        for c in state.candidates:
+            assert len(c.branch.actions) == state.step + 1 and c.branch.actions[-1] is c.action
+            assert c.weighted.keys() == set(method.reward.keys)
+            assert sum(c.weighted.values()) == pytest.approx(c.step_reward)
+            if c.action.kind == "search" and c.action.error is None:
+                assert len(c.action.retrieved_ids) == method.rollout.k and c.branch.segments[-1].kind == "env"
+
+
+def _state(returns: list[float], weighted: list[dict[str, float]] | None = None) -> VisitedState:
+    state = VisitedState(0, 1, Example("q7", "Q?", ["a"]), [1, 2, 3])
+    for i, r in enumerate(returns):
+        c = Candidate([10 + i], [0.0], f"c{i}", Action("search", f"c{i}"), Trajectory("q7", []))
+        c.prefix_return, c.weighted = r, (weighted[i] if weighted else {})
+        state.candidates.append(c)
+    return state
+
+
+def test_pairs_follow_delta_and_the_margin_with_the_worked_examples():
+    # §2.6 example 2 (Stage 1): answering now (0.031) against a redundant search (−2.0475): both filters pass
+    ex2 = _state([-2.0475, 0.031])
+    rm = reward_model_pairs([ex2], 0.3)
+    assert [(p.pair.id, p.pair.margin) for p in rm] == [("q7#0.1.1.0", pytest.approx(2.0785))]
+    assert [p.id for p in policy_pairs([ex2], 0.2)] == ["q7#0.1.1.0"]
+    # example 3: a correct and a wrong answer differ by κ(1) = 0.0525 (0.145 in Stage 2): both dropped
+    for gap in (0.0525, 0.145):
+        ex3 = _state([0.0, gap])
+        assert reward_model_pairs([ex3], 0.3) == [] and policy_pairs([ex3], 0.2) == []
+    # three siblings: every pair over Δ for the reward model, only best-vs-worst for the policy
+    three = _state([0.0, 1.0, 0.5])
+    assert sorted(p.pair.id for p in reward_model_pairs([three], 0.3)) == ["q7#0.1.1.0", "q7#0.1.1.2", "q7#0.1.2.0"]
+    assert [p.id for p in policy_pairs([three], 0.2)] == ["q7#0.1.1.0"]
+
+
+def test_per_component_labels_order_each_head_by_its_own_component():
+    state = _state([1.0, 0.0], [{"ret": 1.7, "dup": -0.5}, {"ret": -1.7, "dup": 0.0}])
+    (pair,) = reward_model_pairs([state], 0.3, "per_component")
+    assert pair.pair.id == "q7#0.1.0.1" and pair.signs == {"ret": 1.0, "dup": -1.0}
+    flat = _state([1.0, 0.0], [{"ret": 0.1, "dup": 0.1}, {"ret": 0.0, "dup": 0.0}])
+    assert reward_model_pairs([flat], 0.3, "per_component") == []  # no component passes Δ
+
+
+def _trainer(world: Path, run: Path) -> CycleTrainer:
+    method = _method(world, run)
+    acc = make_accelerator(method.train)
+    model, tokenizer = load_policy(method.train.model, acc.device)
+    return CycleTrainer(method, method.train, accelerator=acc, model=model, tokenizer=tokenizer, eval_examples=[])
+
+
+def test_a_cycle_trains_both_reward_models_and_the_policy_and_resumes_exactly(world_dir, tmp_path):
+    whole = _trainer(world_dir, tmp_path / "whole")
+    first = whole.step()
+    assert first["states"] > 0 and first["rm_pairs"] > 0 and first["policy_pairs"] > 0
+    assert first["dpo/updates"] >= 1 and 0.0 < first["dpo/loss"] < 1.0
+    assert {"rm/multi/train/loss", "rm/single/train/loss"} <= first.keys()
+    assert sorted(whole.reward_models) == ["multi", "single"]
+    assert whole.reward_models["multi"][0].head_names == ["ret", "act", "dup", "bt", "ref", "step", "ans"]
+    assert sum(v for k, v in first.items() if k.startswith("pairs/")) == first["policy_pairs"]
+    whole.save()
+    second = whole.step()
+
+    resumed = _trainer(world_dir, tmp_path / "whole")
+    resumed.load("latest")
+    again = resumed.step()
+    timing = ("step_seconds", "seconds_rollout")
+    assert again.keys() == second.keys()
+    for key in second.keys() - set(timing):
+        assert again[key] == pytest.approx(second[key], rel=1e-5, abs=1e-7), key
+    for (name, (a, _)), (_, (b, _)) in zip(sorted(whole.reward_models.items()), sorted(resumed.reward_models.items())):
+        assert torch.allclose(a.heads.weight, b.heads.weight, atol=1e-6), name
+    for pa, pb in zip(whole.policy.parameters(), resumed.policy.parameters(), strict=True):
+        assert torch.allclose(pa, pb, atol=1e-6)
+
+
+def test_the_cycles_config_is_checked_when_it_loads(world_dir):
+    from ragrl.errors import RagrlError
+
+    with pytest.raises(RagrlError, match="train.algo"):
+        load_method("evo_rag-tiny", ["train.algo=ppo"])
+    with pytest.raises(RagrlError, match="policy_pair_scorer"):
+        load_method("evo_rag-tiny", ["train.cycles.policy_pair_scorer=judge"])
+    with pytest.raises(RagrlError, match="n_candidates"):
+        load_method("evo_rag-tiny", ["train.cycles.n_candidates=1"])
+
+
+def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
+    trainer = _trainer(world_dir, tmp_path / "rm")
+    trainer.config.cycles.policy_pair_scorer = "rm"
+    out = trainer.step()
+    assert out["rm_pairs"] > 0 and "policy_pairs" in out
+    saved = json.dumps(out)  # every logged value is JSON
+    assert "rm/multi/train/loss" in saved
