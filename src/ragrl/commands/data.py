@@ -55,6 +55,31 @@ def stats(
 
 
 @app.command()
+def mix(
+    take: list[str] = typer.Option(..., "--take", help="FILE:N (N questions of a canonical question file; "
+                                   "FILE alone: all of them). Repeatable."),
+    out: Path = typer.Option(..., "--out", "-o", help="The mixed question file (jsonl)."),
+    seed: int = typer.Option(0, "--seed", help="Sampling and shuffling seed."),
+    exclude: list[Path] = typer.Option([], "--exclude", help="Leave out the ids of this question file "
+                                       "(repeatable): a validation mix apart from the training mix."),
+) -> None:
+    """A seeded mix of N questions from each file, shuffled together (R²AG's 500 HotpotQA + 3,000 2Wiki +
+    1,174 MuSiQue)."""
+    from ragrl.data.io import read_examples, write_examples
+    from ragrl.data.mix import mix as make_mix
+    from ragrl.data.mix import parse_take
+
+    ids = [ex.id for path in exclude for ex in read_examples(path)[0]]
+    examples = make_mix([parse_take(t) for t in take], seed, ids)
+    write_examples(out, examples)
+    counts: dict[str, int] = {}
+    for ex in examples:
+        counts[ex.metadata["mix_source"]] = counts.get(ex.metadata["mix_source"], 0) + 1
+    parts = ", ".join(f"{n} from {src}" for src, n in counts.items())
+    console.print(f"wrote {len(examples)} questions to {out} ({parts})", highlight=False, soft_wrap=True)
+
+
+@app.command()
 def synth(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for train/dev/test.jsonl, corpus.jsonl, ..."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives byte-identical files."),

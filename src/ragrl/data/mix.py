@@ -1,0 +1,46 @@
+"""A training mix: a seeded sample of N questions from each of several question files, shuffled together
+(R²AG trains on 500 HotpotQA + 3,000 2Wiki + 1,174 MuSiQue questions and validates on 150 2Wiki + 150
+MuSiQue; ``ragrl data mix``). A question id appearing in two sources, or a source with fewer questions
+than asked for, is an error naming the file; ``exclude`` leaves out the ids of other files (a validation
+mix drawn after the training mix never shares a question with it)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ragrl.data.io import read_examples
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+
+
+def parse_take(spec: str) -> tuple[Path, int | None]:
+    """``FILE:N`` (N questions of FILE) or ``FILE`` (all of them)."""
+    path, sep, count = spec.rpartition(":")
+    if not sep or not count.isdigit():
+        return Path(spec), None
+    if int(count) < 1:
+        raise RagrlError(f"--take {spec}: the count must be >= 1")
+    return Path(path), int(count)
+
+
+def mix(sources: Sequence[tuple[Path, int | None]], seed: int, exclude: Iterable[str] = ()) -> list[Example]:
+    """``n`` questions drawn without replacement from each source (all when ``n`` is None), in a seeded
+    order; the mix is shuffled with the same seed. Each question's ``metadata["mix_source"]`` names its
+    file."""
+    rng = random.Random(seed)
+    excluded, seen, out = set(exclude), {}, []
+    for path, n in sources:
+        examples = [ex for ex in read_examples(path)[0] if ex.id not in excluded]
+        if n is not None and n > len(examples):
+            raise RagrlError(f"{path}: asked for {n} questions, it has {len(examples)} (after exclusions)")
+        picked = rng.sample(examples, n) if n is not None else list(examples)
+        for ex in picked:
+            if ex.id in seen:
+                raise RagrlError(f"{path}: question id {ex.id!r} is also in {seen[ex.id]}")
+            seen[ex.id] = path
+            ex.metadata["mix_source"] = str(path)
+            out.append(ex)
+    rng.shuffle(out)
+    return out
