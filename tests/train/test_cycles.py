@@ -144,3 +144,44 @@ def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
     assert out["rm_pairs"] > 0 and "policy_pairs" in out
     saved = json.dumps(out)  # every logged value is JSON
     assert "rm/multi/train/loss" in saved
+
+
+def test_resuming_an_episode_prefix_replays_the_episode(world_dir):
+    """The step-wise engine rebuilt from a recorded prefix (its context, a backtrack's effect) and played
+    on with the same seeds gives back the very episode the prefix was cut from."""
+    method = _method(world_dir, Path("unused"), "rollout.max_turns=5", "rollout.temperature=1.0")
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    rollout = method.make_rollout(TransformersBackend(model, tokenizer), load_retriever(world_dir / "bm25"))
+    examples = read_examples(world_dir / "train.jsonl")[0][:6]
+    episodes = rollout.run(examples, n=1, seed=11)
+    from ragrl.train.siblings import visited_states
+
+    states = [s for s in visited_states(episodes, examples, method.protocol) if s.step < len(episodes[s.episode].actions) - 1]
+    assert states, "no episode had two steps"
+    prefixes = [s.candidates[0].branch for s in states]
+    for prefix in prefixes:
+        prefix.metadata["sample"] = 0
+    replayed = rollout.resume(prefixes, [s.example for s in states], seed=11)
+    for state, again in zip(states, replayed, strict=True):
+        original = episodes[state.episode]
+        assert [a.kind for a in again.actions] == [a.kind for a in original.actions]
+        assert [s.token_ids for s in again.segments] == [s.token_ids for s in original.segments]
+        assert again.metadata["contexts"] == original.metadata["contexts"]
+        assert again.final_answer == original.final_answer
+
+
+def test_rollout_returns_credit_a_step_with_where_it_leads(world_dir, tmp_path):
+    trainer = _trainer(world_dir, tmp_path / "rollout")
+    trainer.config.cycles.return_mode = "rollout"
+    method = trainer.method
+    examples = read_examples(world_dir / "train.jsonl")[0][:3]
+    episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=5)
+    states = sample_siblings(method, trainer.backend, trainer.retriever, episodes, examples, n_candidates=3,
+                             temperature=1.0, seed=5, return_mode="rollout")  # fmt: skip
+    for state in states:
+        for c in state.candidates:
+            if method.protocol.is_final(c.action):
+                assert c.rollout_return == pytest.approx(c.prefix_return)  # nothing follows an answer
+    assert any(c.rollout_return != pytest.approx(c.prefix_return) for s in states for c in s.candidates)
+    out = trainer.step()
+    assert out["states"] > 0

@@ -181,6 +181,10 @@ class CycleConfig:
     """Actions per visited state, the episode's own included."""
     temperature: float = 1.0
     """Sampling temperature of the extra candidates."""
+    return_mode: str = "prefix"
+    """What a sibling's return R(x) is: ``prefix`` (up to and including the candidate's step; only
+    its step reward differs within a state) or ``rollout`` (the branch played on to its end by the
+    policy, so a search is credited with the answer it leads to; costlier)."""
     rm_pair_threshold: float = 0.3
     """Δ: reward-model pairs differ in return by at least this much."""
     pref_margin: float = 0.2
@@ -279,6 +283,7 @@ class TrainConfig:
         for key, value, allowed in (
             ("train.cycles.policy_pair_scorer", c.policy_pair_scorer, ("true_return", "rm")),
             ("train.cycles.rm_labels", c.rm_labels, ("shared_total", "per_component")),
+            ("train.cycles.return_mode", c.return_mode, ("prefix", "rollout")),
         ):
             if value not in allowed:
                 raise RagrlError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")

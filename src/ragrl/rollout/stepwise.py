@@ -13,9 +13,13 @@ Each trajectory records, per policy segment, the segments it was generated after
 
 from __future__ import annotations
 
+import copy
+import time
 from collections.abc import Sequence
 
-from ragrl.rollout.engine import RolloutEngine
+from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
+from ragrl.rollout.engine import RolloutEngine, _Episode
 from ragrl.rollout.registry import register_rollout
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Trajectory
@@ -24,6 +28,52 @@ from ragrl.rollout.trajectory import Trajectory
 @register_rollout("stepwise")
 class StepwiseRollout(RolloutEngine):
     keeps_step_contexts = True
+
+    def resume(
+        self, prefixes: Sequence[Trajectory], examples: Sequence[Example], seed: int | None = None
+    ) -> list[Trajectory]:
+        """Play recorded episode prefixes on to their end with this rollout's policy and budgets (a
+        sibling branch completed by the policy: EVO-RAG's ``return_mode: rollout``). A prefix is a
+        step-wise record (one action and one context per step, the last step's observation included);
+        the engine's state (the active context, each step's segments, a backtrack's effect, the
+        invalid count) is rebuilt from it, and the turns go on from the next step. A prefix that ended
+        (an answer, a refusal) comes back unchanged. Each prefix's ``metadata`` ``group`` and
+        ``sample`` seed its sampling."""
+        cfg, t0 = self.config, time.perf_counter()
+        episodes, starts = [], []
+        for prefix, example in zip(prefixes, examples, strict=True):
+            ep = _Episode(example, copy.deepcopy(prefix))
+            policy = [i for i, s in enumerate(ep.traj.segments) if s.kind == "policy"]
+            if len(policy) != len(ep.traj.actions) or not policy:
+                raise RagrlError(f"cannot resume the episode of {prefix.example_id!r}: not a step-wise record")
+            ep.traj.metadata.setdefault("sample", 0)
+            bounds = [*policy, len(ep.traj.segments)]
+            for k, action in enumerate(ep.traj.actions):
+                ep.contexts.append(list(ep.active))
+                ep.steps.append([])
+                for i in range(bounds[k], bounds[k + 1]):
+                    ep.active.append(i)
+                    ep.steps[-1].append(i)
+                if self.protocol.is_backtrack(action):
+                    ep.backtrack()
+                ep.invalid += action.kind == "invalid"
+            ep.done = self.protocol.is_final(ep.traj.actions[-1])
+            if ep.done:
+                ep.traj.metadata["contexts"] = [list(c) for c in ep.contexts]
+            episodes.append(ep)
+            starts.append(len(policy))
+        for turn in range(min(starts, default=cfg.max_turns), cfg.max_turns):
+            active = [ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= turn]
+            if active:
+                self._turn(active, turn, seed, execute_search=turn + 1 < cfg.max_turns or cfg.final_answer_turn,
+                           t0=t0)  # fmt: skip
+        leftover = [ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= cfg.max_turns]
+        if leftover and cfg.final_answer_turn:
+            self._turn(leftover, cfg.max_turns, seed, execute_search=False, t0=t0)
+        for ep in episodes:
+            if not ep.done:
+                self._finish(ep, "max_turns", truncated=True, t0=t0)
+        return [ep.traj for ep in episodes]
 
     def samples(self, episodes: Sequence[Trajectory]) -> list[Sample]:
         """One sample per policy turn: the prompt plus that turn's context, then the turn's own tokens;

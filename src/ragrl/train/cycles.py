@@ -105,24 +105,25 @@ class CycleTrainer(DPOTrainer):
         # 2. sibling candidates at every visited state, each scored as a branch
         states = sample_siblings(
             self.method, self.backend, self.retriever, episodes, questions,
-            n_candidates=c.n_candidates, temperature=c.temperature, seed=seed, ctx=ctx,
+            n_candidates=c.n_candidates, temperature=c.temperature, seed=seed, ctx=ctx, return_mode=c.return_mode,
         )  # fmt: skip
+        returns = "rollout_return" if c.return_mode == "rollout" else "prefix_return"
         t_rollout = time.perf_counter() - t0
 
         # 3. the reward model: one epoch on the Δ-filtered pairs (multi-head, and the one-head control)
         metrics: dict[str, Any] = {}
-        rm_pairs = reward_model_pairs(states, c.rm_pair_threshold, c.rm_labels)
+        rm_pairs = reward_model_pairs(states, c.rm_pair_threshold, c.rm_labels, returns)
         if rm_pairs:
             metrics.update(self._train_reward_model("multi", list(self.method.reward.keys), rm_pairs))
             if c.single_head_control:
-                shared = reward_model_pairs(states, c.rm_pair_threshold, "shared_total")
+                shared = reward_model_pairs(states, c.rm_pair_threshold, "shared_total", returns)
                 if shared:
                     metrics.update(self._train_reward_model("single", ["total"], shared))
         if c.policy_pair_scorer == "rm":
             self._score_with_reward_model(states)
 
         # 4. the policy: one DPO epoch on one pair per state (best vs worst sibling, margin δ)
-        pairs = policy_pairs(states, c.pref_margin, "rm_score" if c.policy_pair_scorer == "rm" else "prefix_return")
+        pairs = policy_pairs(states, c.pref_margin, "rm_score" if c.policy_pair_scorer == "rm" else returns)
         self.policy.train()
         dpo = self._dpo_epoch(pairs, seed)
         self.step_count += 1

@@ -9,7 +9,9 @@ the passages it retrieves (one batched retriever call). Every branch is scored w
 reward in one call, so a candidate's value is exactly what the reward says of that step:
 
 * ``step_reward``: its step's ``R_t``; ``prefix_return``: ``R(x)``, the branch's return up to and
-  including the candidate (the default ``return_mode: prefix``; the shared prefix cancels in a pair);
+  including the candidate (``return_mode: prefix``, the default; the shared prefix cancels in a pair);
+* ``rollout_return``: with ``return_mode: rollout``, the return of the branch played on to its end by
+  the policy (``StepwiseRollout.resume``), so the answer a search leads to counts for the search;
 * ``weighted``: each component's ``w_k(t)·r_k(t)`` at that step (for per-component reward-model labels).
 
 ``reward_model_pairs`` keeps every pair of siblings whose returns differ by at least ``threshold``
@@ -50,6 +52,8 @@ class Candidate:
     """The action the episode itself took at this state."""
     step_reward: float = 0.0
     prefix_return: float = 0.0
+    rollout_return: float = 0.0
+    """The return of the branch played to its end (``return_mode: rollout``; else the prefix return)."""
     weighted: dict[str, float] = field(default_factory=dict)
     rm_score: float = 0.0
     """The reward model's score of the candidate (the mean of its heads), when a cycle computes it."""
@@ -129,6 +133,7 @@ def sample_siblings(
     temperature: float,
     seed: int,
     ctx: RewardContext | None = None,
+    return_mode: str = "prefix",
 ) -> list[VisitedState]:
     """Every visited state with its distinct candidates (the episode's own action first), each scored
     as a branch with ``method.reward`` (see the module docstring)."""
@@ -172,7 +177,19 @@ def sample_siblings(
             action.retrieved_scores = [float(h.score) for h in hits]
             action.retrieved_titles = [h.passage.title for h in hits]
             candidate.branch.segments.append(_env(protocol.observation(action, hits), tokenizer))
-    _score(method, states, ctx or RewardContext())
+    if return_mode not in ("prefix", "rollout"):
+        raise RagrlError(f"return_mode is prefix or rollout, got {return_mode!r}")
+    completed = None
+    if return_mode == "rollout":
+        candidates = [c for s in states for c in s.candidates]
+        for n, c in enumerate(candidates):
+            c.branch.metadata["sample"] = 1 + n  # its own sampling stream
+        rollout = method.make_rollout(backend, retriever)
+        if not hasattr(rollout, "resume"):
+            raise RagrlError(f"return_mode rollout needs a rollout that resumes episodes (stepwise), not {rollout!r}")
+        completed = rollout.resume([c.branch for c in candidates], [s.example for s in states for _ in s.candidates],
+                                   seed=seed + 1)  # fmt: skip
+    _score(method, states, ctx or RewardContext(), completed)
     return states
 
 
@@ -180,15 +197,20 @@ def _env(text: str, tokenizer: Any) -> Segment:
     return Segment("env", list(tokenizer.encode(text, add_special_tokens=False)), text)
 
 
-def _score(method: Any, states: list[VisitedState], ctx: RewardContext) -> None:
-    """Score every branch in one call: its step's R_t, its return so far and each weighted component."""
-    candidates = [c for s in states for c in s.candidates]
-    results = method.reward.score([c.branch for c in candidates], [s.example for s in states for _ in s.candidates], ctx)
-    for c, result in zip(candidates, results, strict=True):
-        if result.steps is None:
+def _score(
+    method: Any, states: list[VisitedState], ctx: RewardContext, completed: list[Trajectory] | None
+) -> None:
+    """Score every branch in one call: its step's R_t, its return so far and each weighted component;
+    and, when the branches were played on (``completed``), the return of each to its end."""
+    pairs = [(s, c) for s in states for c in s.candidates]
+    examples = [s.example for s, _ in pairs]
+    results = method.reward.score([c.branch for _, c in pairs], examples, ctx)
+    ends = method.reward.score(completed, examples, ctx) if completed is not None else results
+    for (state, c), result, end in zip(pairs, results, ends, strict=True):
+        if result.steps is None or end.steps is None:
             raise RagrlError("sibling candidates need a per-step reward (R_t for every step)")
-        t = len(result.steps) - 1
-        c.step_reward, c.prefix_return = result.steps[t], sum(result.steps)
+        t = state.step
+        c.step_reward, c.prefix_return, c.rollout_return = result.steps[t], sum(result.steps), sum(end.steps)
         c.weighted = {k: result.step_weights[k][t] * v[t] for k, v in result.step_components.items()}
 
 
@@ -204,24 +226,25 @@ def _pair(state: VisitedState, i: int, j: int, margin: float) -> PreferencePair:
     return PreferencePair(side(chosen), side(rejected), margin, f"{state.pair_prefix}.{i}.{j}")
 
 
-def _ordered(state: VisitedState, a: int, b: int) -> tuple[int, int, float]:
-    ra, rb = state.candidates[a].prefix_return, state.candidates[b].prefix_return
+def _ordered(state: VisitedState, a: int, b: int, score: str) -> tuple[int, int, float]:
+    ra, rb = getattr(state.candidates[a], score), getattr(state.candidates[b], score)
     return (a, b, ra - rb) if ra >= rb else (b, a, rb - ra)
 
 
 def reward_model_pairs(
-    states: Sequence[VisitedState], threshold: float, labels: str = "shared_total"
+    states: Sequence[VisitedState], threshold: float, labels: str = "shared_total", score: str = "prefix_return"
 ) -> list[RewardPair]:
     """Every pair of siblings at a state whose returns differ by at least ``threshold``. ``labels``:
     ``shared_total`` (every head takes the pair's order, the paper's loss) or ``per_component`` (head
     k is ordered by its own weighted component, with the same threshold; 0 where it is not met; a pair
-    is kept when some head has a label)."""
+    is kept when some head has a label). ``score``: the return that orders them (``prefix_return`` or
+    ``rollout_return``)."""
     if labels not in ("shared_total", "per_component"):
         raise RagrlError(f"reward-model labels are shared_total or per_component, got {labels!r}")
     out = []
     for state in states:
         for a, b in combinations(range(len(state.candidates)), 2):
-            i, j, gap = _ordered(state, a, b)
+            i, j, gap = _ordered(state, a, b, score)
             if labels == "shared_total":
                 if gap >= threshold:
                     out.append(RewardPair(_pair(state, i, j, gap)))
@@ -235,8 +258,8 @@ def reward_model_pairs(
 
 
 def policy_pairs(states: Sequence[VisitedState], margin: float, score: str = "prefix_return") -> list[PreferencePair]:
-    """One pair per state: its best and worst sibling by ``score`` (``prefix_return``, the true return,
-    or ``rm_score``), kept when they differ by at least ``margin``."""
+    """One pair per state: its best and worst sibling by ``score`` (the true return, ``prefix_return``
+    or ``rollout_return``, or ``rm_score``), kept when they differ by at least ``margin``."""
     out = []
     for state in states:
         if len(state.candidates) < 2:
