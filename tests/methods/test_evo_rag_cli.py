@@ -79,7 +79,8 @@ def test_train_runs_both_curriculum_stages_from_the_cli(world_dir, tmp_path):
     assert stages[1]["start"].endswith("stage-0-discovery/best")
     for stage in stages:
         run = out / f"stage-{stages.index(stage)}-{stage['name']}"
-        assert (run / "reward_model" / "heads.safetensors").is_file() or not (run / "reward_model").exists()
+        assert (run / "reward_model" / "heads.safetensors").is_file()
+        assert (run / "reward_model_single" / "heads.safetensors").is_file()
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [r["kind"] for r in records if r["kind"] == "cycle"] == ["cycle"]
         assert any("eval/method/steps" in r for r in records if r["kind"] == "eval")

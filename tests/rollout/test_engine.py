@@ -210,6 +210,7 @@ def test_final_answer_turn(bm25):
     assert len(backend.calls) == 3
     assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
     assert traj.finish_reason == "answer" and traj.final_answer == "England"
+    assert traj.metadata["forced_answer"]  # it reached the step limit, then answered
 
     eng, _ = engine(lambda p, i: "<search> Alan Turing </search>", bm25, max_turns=2, final_answer_turn=True)
     [traj] = eng.run([example()])

@@ -139,11 +139,33 @@ def test_the_cycles_config_is_checked_when_it_loads(world_dir):
 
 def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
     trainer = _trainer(world_dir, tmp_path / "rm")
-    trainer.config.cycles.policy_pair_scorer = "rm"
-    out = trainer.step()
-    assert out["rm_pairs"] > 0 and "policy_pairs" in out
-    saved = json.dumps(out)  # every logged value is JSON
-    assert "rm/multi/train/loss" in saved
+    trainer.step()  # trains the reward models
+    method = trainer.method
+    examples = read_examples(world_dir / "train.jsonl")[0][4:7]
+    episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=9)
+    states = sample_siblings(method, trainer.backend, trainer.retriever, episodes, examples, n_candidates=3,
+                             temperature=1.0, seed=9)  # fmt: skip
+    trainer._score_with_reward_model(states)
+    scores = [c.rm_score for s in states for c in s.candidates]
+    assert len(set(scores)) > 1  # the heads score the candidates, differently
+    for pair in policy_pairs(states, 0.0, "rm_score"):
+        prefix, i, j = pair.id.rsplit(".", 2)
+        state = next(s for s in states if s.pair_prefix == prefix)
+        assert state.candidates[int(i)].rm_score == max(c.rm_score for c in state.candidates)
+        assert state.candidates[int(j)].rm_score == min(c.rm_score for c in state.candidates)
+
+
+def test_a_sibling_search_runs_only_where_the_engine_would_run_it():
+    from ragrl.rollout.engine import RolloutConfig
+    from ragrl.train.siblings import _not_executed
+
+    open_end = RolloutConfig(max_turns=4, final_answer_turn=True)
+    closed = RolloutConfig(max_turns=4, final_answer_turn=False)
+    assert _not_executed(3, "stop", open_end, object()) == ""
+    assert _not_executed(4, "stop", open_end, object()) == "not executed: no turn left"  # the forced turn
+    assert _not_executed(3, "stop", closed, object()) == "not executed: no turn left"
+    assert _not_executed(1, "eos", closed, object()) == "not executed: the turn ended with EOS"
+    assert _not_executed(1, "stop", closed, None) == "no retriever"
 
 
 def test_resuming_an_episode_prefix_replays_the_episode(world_dir):

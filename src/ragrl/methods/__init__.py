@@ -143,7 +143,7 @@ class Method:
     step_log: Any = None
     """Optional ``fn(trajectory) -> [dict per step]``: what each step did (its action, query, passages,
     the method's verdicts), read after the reward scored the episode; ``ragrl reward`` adds it to every
-    per-step line and evaluation to every trajectory (EVO-RAG's per-step log)."""
+    per-step line (EVO-RAG's per-step log)."""
 
     oracle: Any = None
     """Optional demonstrator (``next_turn(example, history) -> str``) that writes ideal replies in this

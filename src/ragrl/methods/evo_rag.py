@@ -38,7 +38,7 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.errors import DataError, RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
-from ragrl.methods.evo_rag_rewards import T_MAX, step_log
+from ragrl.methods.evo_rag_rewards import T_MAX, check_verifier, step_log
 from ragrl.methods.train_config import TrainConfig
 from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
@@ -195,6 +195,8 @@ class EvoRagProtocolConfig:
         "\nThat was not a valid action ({error}). Write one of <search> query </search>, <backtrack/>, "
         "<answer> answer </answer> or <refuse/>.\n"
     )
+    answer_now: str = "\nThat was the last search step. Answer now with <answer> answer </answer> or <refuse/>.\n"
+    """Said before the forced answer turn of an episode that reached T_max (``final_answer_turn``)."""
     refusal_answer: str = "unknown"
     """The final answer an episode that refuses is scored with (the synthetic world's answer to an
     unanswerable question); r_ans is 0 for a refusal either way."""
@@ -211,6 +213,7 @@ class EvoRagProtocol(Protocol):
 
     def __init__(self, config: EvoRagProtocolConfig | None = None) -> None:
         self.config = c = config or EvoRagProtocolConfig()
+        self.final_turn_note = c.answer_now
         for key, template in (("protocol.user", c.user), ("protocol.system", c.system or "")):
             try:
                 template.format(question="q")
@@ -273,6 +276,8 @@ class EvoRagProtocol(Protocol):
         patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix)]
         head, has_error, tail = c.corrective.partition("{error}")
         patterns.append(re.escape(head) + r".*?" + re.escape(tail) if has_error else re.escape(c.corrective))
+        if c.answer_now:
+            patterns.append(re.escape(c.answer_now))
         spans = [m.span() for p in patterns for m in re.finditer(p, text, re.DOTALL)]
         return sorted(spans)
 
@@ -349,7 +354,7 @@ def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
         "backtracks": float(sum(a.kind == "backtrack" for a in actions)),
         "invalid_steps": float(sum(a.kind == "invalid" for a in actions)),
         "refused": float(bool(actions) and actions[-1].kind == "refuse"),
-        "truncated": float(trajectory.truncated),
+        "truncated": float(trajectory.truncated or bool(trajectory.metadata.get("forced_answer"))),
         "answerable": float(example.metadata.get("answerable", True) is not False),
     }
     if dups:
@@ -385,6 +390,16 @@ def build_method(cfg: Any) -> Method:
     config = to_dataclass(EvoRagConfig, cfg)
     if config.rollout.kind != "stepwise":
         raise RagrlError(f"rollout.kind: EVO-RAG backtracks, so it needs stepwise, got {config.rollout.kind!r}")
+    check_verifier(config.rewards.verifier)
+    if config.rewards.act_denominator not in ("t_max", "episode"):
+        raise RagrlError(f"rewards.act_denominator is t_max or episode, got {config.rewards.act_denominator!r}")
+    if config.rewards.act_denominator == "episode" and config.train.algo == "cycles":
+        raise RagrlError(
+            "rewards.act_denominator: episode divides by the episode's length, which a sibling branch cut "
+            "at its step does not have; preference cycles need t_max"
+        )
+    if config.schedule.mode == "no_reward" and config.schedule.keep != ["full"]:
+        raise RagrlError("schedule.keep: the no_reward mode keeps the answer reward alone; leave keep at [full]")
     reward = build_reward(reward_spec(config.schedule, config.rewards))
     return Method(
         name=config.method,

@@ -141,6 +141,9 @@ class QueryEncoder:
 
     def embed(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         new = sorted({t for t in texts if t not in self.cache})
+        if new and len(self.cache) + len(new) > 200_000:  # bounded: a long run writes many queries
+            self.cache.clear()
+            new = sorted(set(texts))
         if new:
             vectors = self.encoder.encode(
                 new, batch_size=64, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
@@ -190,42 +193,62 @@ def _client(spec_json: str) -> JudgeClient:
     return make_judge(json.loads(spec_json))
 
 
-_VERDICTS: dict[tuple[str, tuple[str, ...], str], str] = {}
+_VERDICTS: dict[tuple[str, str, tuple[str, ...], str], str] = {}
+"""Judge verdicts by (example id, question, evidence ids, verifier spec); bounded."""
+_MAX_CACHED = 100_000
+
+
+def _evidence_text(trajectory: Trajectory, t: int) -> str:
+    """The passages still in context before step ``t``, as the environment showed them."""
+    observations = step_observations(trajectory)
+    return "\n".join(
+        observations[j].strip() for j in active_steps(trajectory.actions, t) if executed(trajectory.actions[j])
+    )
+
+
+def check_verifier(verifier: dict[str, Any] | None) -> None:
+    """A verifier spec's kind, checked when the method loads (a judge's own settings when it is built)."""
+    kind = (verifier or {"kind": "gold"}).get("kind")
+    if kind in ("gold", "answer"):
+        if len(verifier or {}) > 1:
+            raise RagrlError(f"rewards.verifier: kind {kind} takes no settings, got {sorted(set(verifier) - {'kind'})}")
+        return
+    if kind not in ("openai", "local", "cached"):
+        raise RagrlError(f"rewards.verifier.kind: gold, answer, openai, local or cached, got {kind!r}")
 
 
 def verify(
     requests: list[tuple[Trajectory, Example, int]], verifier: dict[str, Any] | None
 ) -> list[str]:
     """The verdict (``"yes"``: the evidence suffices) for each (episode, example, step): the evidence is
-    what is in context before that step. Cached per (question, evidence, verifier)."""
+    what is in context before that step. The proxies are computed every time; a judge's verdicts are
+    cached per (example, evidence, verifier)."""
     spec = dict(verifier or {"kind": "gold"})
-    kind = spec.get("kind")
-    if kind in ("gold", "answer") and len(spec) > 1:
-        raise RagrlError(f"evo_ref.verifier: kind {kind} takes no settings, got {sorted(set(spec) - {'kind'})}")
+    check_verifier(spec)
+    kind = spec["kind"]
     key = json.dumps(spec, sort_keys=True)
     verdicts: list[str | None] = []
-    asks: list[tuple[int, tuple[str, tuple[str, ...], str], list[dict[str, str]]]] = []
+    asks: list[tuple[int, tuple[str, str, tuple[str, ...], str], list[dict[str, str]]]] = []
     for i, (trajectory, example, t) in enumerate(requests):
-        ids = evidence_ids(trajectory.actions, t)
-        cache_key = (example.question, tuple(sorted(ids)), key)
+        if kind == "gold":
+            verdicts.append("yes" if _gold(example, "evo_ref") <= set(evidence_ids(trajectory.actions, t)) else "no")
+            continue
+        text = _evidence_text(trajectory, t)
+        if kind == "answer":
+            verdicts.append("yes" if text and cover_em(text, example.answers) == 1.0 else "no")
+            continue
+        cache_key = (example.id, example.question, tuple(sorted(evidence_ids(trajectory.actions, t))), key)
         if cache_key in _VERDICTS:
             verdicts.append(_VERDICTS[cache_key])
-        elif kind == "gold":
-            verdicts.append("yes" if _gold(example, "evo_ref") <= set(ids) else "no")
-        elif kind == "answer":
-            text = " ".join(step_observations(trajectory)[j] for j in active_steps(trajectory.actions, t))
-            verdicts.append("yes" if text.strip() and cover_em(text, example.answers) == 1.0 else "no")
-        else:
-            text = "\n".join(
-                step_observations(trajectory)[j].strip() for j in active_steps(trajectory.actions, t)
-                if executed(trajectory.actions[j])
-            )  # fmt: skip
-            user = VERIFIER_TEMPLATE.format(question=example.question, evidence=text or "(none)")
-            asks.append((i, cache_key, [{"role": "system", "content": VERIFIER_SYSTEM},
-                                        {"role": "user", "content": user}]))  # fmt: skip
-            verdicts.append(None)
+            continue
+        user = VERIFIER_TEMPLATE.format(question=example.question, evidence=text or "(none)")
+        asks.append((i, cache_key, [{"role": "system", "content": VERIFIER_SYSTEM},
+                                    {"role": "user", "content": user}]))  # fmt: skip
+        verdicts.append(None)
     if asks:
         replies = complete_all(_client(key), [chat for _, _, chat in asks])
+        if len(_VERDICTS) > _MAX_CACHED:
+            _VERDICTS.clear()
         for (i, cache_key, _), reply in zip(asks, replies, strict=True):
             verdict = parse_verdict(reply)
             trajectory, _, t = requests[i]
@@ -236,9 +259,7 @@ def verify(
             verdicts[i] = verdict or "yes"  # an unreadable reply does not reward the refusal
             if verdict is not None:
                 _VERDICTS[cache_key] = verdict
-    for (trajectory, example, t), verdict in zip(requests, verdicts, strict=True):
-        if kind in ("gold", "answer"):
-            _VERDICTS[(example.question, tuple(sorted(evidence_ids(trajectory.actions, t))), key)] = verdict
+    for (trajectory, _, t), verdict in zip(requests, verdicts, strict=True):
         trajectory.metadata.setdefault("evo_rag", {}).setdefault("verdicts", {})[str(t)] = verdict
     return [str(v) for v in verdicts]
 

@@ -162,6 +162,9 @@ class DPOConfig:
     """No reference model: the reference log-ratio is 0 (EVO-RAG's reference-free DPO)."""
     batch_size: int = 8
     """Pairs per optimizer step (global)."""
+    micro_batch_size: int = 0
+    """Pairs per forward/backward pass on a process (gradient accumulation up to the batch); 0: all at
+    once."""
     epochs: int = 1
     max_steps: int = 0
     """Stop after this many optimizer steps (0: run all epochs)."""
@@ -322,6 +325,7 @@ class TrainConfig:
             ("train.grpo.refill_rounds", g.refill_rounds),
             ("train.sft.max_steps", self.sft.max_steps),
             ("train.dpo.max_steps", self.dpo.max_steps),
+            ("train.dpo.micro_batch_size", self.dpo.micro_batch_size),
             ("train.eval_every", self.eval_every),
             ("train.save_every", self.save_every),
         ):

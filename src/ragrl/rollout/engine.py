@@ -22,7 +22,8 @@ Each turn:
 Budgets and their recorded outcomes (``Trajectory.finish_reason`` / ``truncated``):
 
 * ``max_turns`` policy turns; an episode still running after them ends ``"max_turns"`` (truncated),
-  unless ``final_answer_turn`` grants one more generation, whose search is not executed;
+  unless ``final_answer_turn`` grants one more generation, whose search is not executed (the episode
+  is marked ``metadata["forced_answer"]``, after the protocol's ``final_turn_note``, if any);
 * ``max_total_tokens``: the completion (policy + env tokens; after a backtrack, those of the active
   context) never exceeds it. Each turn may generate
   ``min(max_new_tokens, remaining)`` tokens; an observation that does not fit is cut to the remaining
@@ -288,13 +289,26 @@ class RolloutEngine:
             execute_search = turn + 1 < cfg.max_turns or cfg.final_answer_turn
             self._turn(active, turn, seed, execute_search=execute_search, t0=t0)
 
-        leftover = [ep for ep in episodes if not ep.done]
-        if leftover and cfg.final_answer_turn:
-            self._turn(leftover, cfg.max_turns, seed, execute_search=False, t0=t0)
+        self._final_turn([ep for ep in episodes if not ep.done], seed, t0)
         for ep in episodes:
             if not ep.done:
                 self._finish(ep, "max_turns", truncated=True, t0=t0)
         return [ep.traj for ep in episodes]
+
+    def _final_turn(self, leftover: list[_Episode], seed: int | None, t0: float) -> None:
+        """``final_answer_turn``: one more turn for the unfinished episodes, whose search is not run;
+        each is marked ``metadata["forced_answer"]``, after the protocol's ``final_turn_note`` (if any)
+        tells the policy to answer now."""
+        if not leftover or not self.config.final_answer_turn:
+            return
+        for ep in leftover:
+            told = ep.traj.metadata.get("forced_answer", False)  # a resumed prefix may hold the note already
+            ep.traj.metadata["forced_answer"] = True
+            if self.protocol.final_turn_note and not told:
+                self._append_obs(ep, self.protocol.final_turn_note, t0)
+        leftover = [ep for ep in leftover if not ep.done]
+        if leftover:
+            self._turn(leftover, self.config.max_turns, seed, execute_search=False, t0=t0)
 
     def samples(self, episodes: Sequence[Trajectory]) -> list[Sample]:
         """One sample per episode: its prompt, its whole completion, grouped by its question."""

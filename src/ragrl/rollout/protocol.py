@@ -127,6 +127,10 @@ class Protocol(ABC):
     stopped by these strings (or EOS, or the token budgets), and records ``parse_followup`` of it. It
     belongs to the same step as the search (it does not count towards ``max_turns``)."""
 
+    final_turn_note: str = ""
+    """What the environment says before the extra turn ``rollout.final_answer_turn`` grants an
+    unfinished episode (EVO-RAG: answer now); empty: nothing."""
+
     prefill: str = ""
     """Text that opens the assistant's turn as part of the prompt (TIRESRAG-R1's code prefills
     ``<think>``): the policy's first segment continues it. It is encoded on its own, without special

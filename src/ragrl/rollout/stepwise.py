@@ -57,6 +57,10 @@ class StepwiseRollout(RolloutEngine):
                 if self.protocol.is_backtrack(action):
                     ep.backtrack()
                 ep.invalid += action.kind == "invalid"
+            note = self.protocol.final_turn_note
+            last = ep.traj.segments[-1]
+            if note and last.kind == "env" and last.text == note:  # cut right before its forced answer turn
+                ep.traj.metadata["forced_answer"] = True
             ep.done = self.protocol.is_final(ep.traj.actions[-1])
             if ep.done:
                 ep.traj.metadata["contexts"] = [list(c) for c in ep.contexts]
@@ -67,9 +71,8 @@ class StepwiseRollout(RolloutEngine):
             if active:
                 self._turn(active, turn, seed, execute_search=turn + 1 < cfg.max_turns or cfg.final_answer_turn,
                            t0=t0)  # fmt: skip
-        leftover = [ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= cfg.max_turns]
-        if leftover and cfg.final_answer_turn:
-            self._turn(leftover, cfg.max_turns, seed, execute_search=False, t0=t0)
+        self._final_turn([ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= cfg.max_turns],
+                         seed, t0)  # fmt: skip
         for ep in episodes:
             if not ep.done:
                 self._finish(ep, "max_turns", truncated=True, t0=t0)

@@ -227,11 +227,20 @@ class Trainer:
             "seed": self.config.seed,
             "evals": self.evals,
             "best": self.best,
+            **self.extra_state(),
         }
         return save_checkpoint(
             self.acc, self.run_dir, self.step_count, state, model=self.model, tokenizer=self.tokenizer,
-            keep=self.config.keep_checkpoints,
+            keep=self.config.keep_checkpoints, extra=self.save_extra,
         )  # fmt: skip
+
+    def extra_state(self) -> dict[str, Any]:
+        """A subclass's own entries of ``trainer_state.json``."""
+        return {}
+
+    def save_extra(self, folder: Path) -> None:
+        """A subclass writes its own files into a checkpoint being written (before it is renamed into
+        place, so a crash never leaves a checkpoint without them)."""
 
     def load(self, checkpoint: str | Path) -> Path:
         """Restore model, optimizer, schedule, sampler position, RNG streams, step and evals."""

@@ -186,22 +186,28 @@ class CycleTrainer(DPOTrainer):
             c.rm_score = float(score)
 
     # -- checkpoints: the reward models go with the policy --------------------------------------------------
-    def save(self) -> Path:
-        ckpt = super().save()
-        if self.acc.is_main_process:
-            for which, (model, optimizer) in self.reward_models.items():
-                model.save(ckpt / RM_FILES[which])
-                torch.save(optimizer.state_dict(), ckpt / RM_FILES[which] / "optimizer.pt")
-        return ckpt
+    def extra_state(self) -> dict[str, Any]:
+        return {"reward_models": sorted(self.reward_models)}
+
+    def save_extra(self, folder: Path) -> None:
+        for which, (model, optimizer) in self.reward_models.items():
+            model.save(folder / RM_FILES[which])
+            torch.save(optimizer.state_dict(), folder / RM_FILES[which] / "optimizer.pt")
 
     def load(self, checkpoint: str | Path) -> Path:
         ckpt = super().load(checkpoint)
-        for which, name in RM_FILES.items():
-            if (ckpt / name).is_dir():
-                model = MultiHeadRewardModel.load(ckpt / name)
-                optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.cycles.rm_lr)
-                optimizer.load_state_dict(torch.load(ckpt / name / "optimizer.pt", weights_only=True))
-                self.reward_models[which] = (model, optimizer)
+        import json
+
+        state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        self.reward_models = {}
+        for which in state.get("reward_models", []):
+            folder = ckpt / RM_FILES[which]
+            if not (folder / "optimizer.pt").is_file():
+                raise RagrlError(f"{ckpt}: the checkpoint lists the {which} reward model but {folder} is incomplete")
+            model = MultiHeadRewardModel.load(folder)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.cycles.rm_lr)
+            optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+            self.reward_models[which] = (model, optimizer)
         return ckpt
 
     def finish(self) -> dict[str, Any]:

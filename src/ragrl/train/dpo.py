@@ -90,37 +90,42 @@ class DPOTrainer(Trainer):
         return {**out, "step_seconds": round(time.perf_counter() - t0, 3)}
 
     def preference_update(self, pairs: Sequence[PreferencePair], global_batch: int) -> dict[str, Any]:
-        """Steps 2-4 on this process's ``pairs`` of a global batch of ``global_batch`` pairs: one optimizer
+        """Steps 2-4 on this process's ``pairs`` of a global batch of ``global_batch`` pairs, in
+        micro-batches of ``train.dpo.micro_batch_size`` pairs (gradient accumulation), then one optimizer
         update; the batch means of the loss, the implicit rewards and the log-probs."""
         d = self.config.dpo
-        rows = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-        batch = sequence_batch(rows, self.pad_id, self.acc.device)
+        size = d.micro_batch_size or len(pairs)
+        parts = []
+        for i in range(0, len(pairs), size):
+            micro = pairs[i : i + size]
+            rows = [p.chosen for p in micro] + [p.rejected for p in micro]
+            batch = sequence_batch(rows, self.pad_id, self.acc.device)
 
-        # 2. summed log-probs of every response under the policy: chosen rows first, then rejected
-        chosen, rejected = self._summed_logprobs(self.model, batch).split(len(pairs))
+            # 2. summed log-probs of every response under the policy: chosen rows first, then rejected
+            chosen, rejected = self._summed_logprobs(self.model, batch).split(len(micro))
 
-        # 3. the same under the reference, without gradients
-        ref_chosen = ref_rejected = None
-        if not d.reference_free:
-            with torch.no_grad():
-                ref_chosen, ref_rejected = self._reference_logprobs(batch).split(len(pairs))
+            # 3. the same under the reference, without gradients
+            ref_chosen = ref_rejected = None
+            if not d.reference_free:
+                with torch.no_grad():
+                    ref_chosen, ref_rejected = self._reference_logprobs(batch).split(len(micro))
 
-        # 4. the preference loss, a mean over the global batch (× N to undo DDP's gradient average)
-        losses, chosen_rewards, rejected_rewards = dpo_loss(
-            chosen, rejected, ref_chosen, ref_rejected,
-            beta=d.beta, loss_type=d.loss_type, label_smoothing=d.label_smoothing,
-            reference_free=d.reference_free,
-        )  # fmt: skip
-        loss = losses.sum() / global_batch * self.acc.num_processes
-        self.acc.backward(loss)
+            # 4. the preference loss, a sum over the micro-batch / the global batch (× N to undo DDP's
+            # gradient average); the gradients of the micro-batches add up to the batch mean's
+            losses, chosen_rewards, rejected_rewards = dpo_loss(
+                chosen, rejected, ref_chosen, ref_rejected,
+                beta=d.beta, loss_type=d.loss_type, label_smoothing=d.label_smoothing,
+                reference_free=d.reference_free,
+            )  # fmt: skip
+            self.acc.backward(losses.sum() / global_batch * self.acc.num_processes)
+            margins = chosen_rewards - rejected_rewards
+            parts.append(torch.stack(
+                [losses.detach().sum(), chosen_rewards.sum(), rejected_rewards.sum(), (margins > 0).float().sum(),
+                 margins.sum(), chosen.detach().sum(), rejected.detach().sum()]
+            ))  # fmt: skip
         grad_norm = self.optimizer_step()
 
-        margins = chosen_rewards - rejected_rewards
-        accuracy = (margins > 0).float().mean()
-        local = torch.stack(
-            [losses.detach().mean(), chosen_rewards.mean(), rejected_rewards.mean(), accuracy, margins.mean(),
-             chosen.detach().mean(), rejected.detach().mean()]
-        )  # fmt: skip
+        local = torch.stack(parts).sum(0) / len(pairs)
         if self.acc.num_processes > 1:
             local = self.acc.reduce(local.to(self.acc.device), reduction="mean")
         values = [float(v) for v in local]

@@ -193,8 +193,8 @@ class RewardModelTrainer:
         if held_out is None:
             self.train_rows, self.val_rows = _split(ids, config.val_fraction, config.seed)
         else:
-            self.val_rows = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] in held_out]
-            self.train_rows = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] not in held_out]
+            self.val_rows = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] in held_out]
+            self.train_rows = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] not in held_out]
         if model is None:
             torch.manual_seed(config.seed)
             model = MultiHeadRewardModel(emb.shape[1], config.heads, encoder=name)
@@ -245,7 +245,9 @@ class RewardModelTrainer:
                 loss.backward()
                 self.optimizer.step()
                 total, labelled = total + float(loss.detach()) * n, labelled + n
-            record = {"epoch": epoch, "train/loss": total / labelled if labelled else float("nan")}
+            record: dict[str, float] = {"epoch": epoch}
+            if labelled:  # every pair held out, or none with a label: no training loss to report
+                record["train/loss"] = total / labelled
             if self.val_rows:
                 record.update({f"val/{k}": v for k, v in self.evaluate(self.val_rows).items()})
             self.history.append(record)
@@ -254,11 +256,11 @@ class RewardModelTrainer:
 
 def _split(ids: Sequence[str], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Train / validation rows, holding out whole questions (the id before ``#``)."""
-    questions = sorted({i.split("#", 1)[0] for i in ids})
+    questions = sorted({i.rsplit("#", 1)[0] for i in ids})
     random.Random(seed).shuffle(questions)
     held = set(questions[: round(len(questions) * fraction)])
-    train = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] not in held]
-    val = [i for i, pid in enumerate(ids) if pid.split("#", 1)[0] in held]
+    train = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] not in held]
+    val = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] in held]
     if not train:
         raise RagrlError("reward model: every pair was held out; lower val_fraction")
     return train, val

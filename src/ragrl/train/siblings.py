@@ -166,8 +166,12 @@ def sample_siblings(
             branch = _branch(episode, state.step, [*before, segment], action, protocol.is_final(action))
             candidate = Candidate(ids, logprobs, text, action, branch)
             state.candidates.append(candidate)
-            if protocol.is_search(action) and retriever is not None:
-                searches.append((candidate, action))
+            if protocol.is_search(action) and action.error is None:
+                why = _not_executed(state.step, gen.finish_reason, rollout, retriever)
+                if why:
+                    action.error = why  # as the engine would leave it: recorded, not run
+                else:
+                    searches.append((candidate, action))
             elif action.kind == "invalid":
                 branch.segments.append(_env(protocol.corrective(action), tokenizer))
     if searches:
@@ -191,6 +195,17 @@ def sample_siblings(
                                    seed=seed + 1)  # fmt: skip
     _score(method, states, ctx or RewardContext(), completed)
     return states
+
+
+def _not_executed(step: int, finish: str, rollout: Any, retriever: Any) -> str:
+    """Why the engine would not run a search written at ``step`` (empty: it would): the engine's rule."""
+    if retriever is None:
+        return "no retriever"
+    if step >= rollout.max_turns or (step + 1 >= rollout.max_turns and not rollout.final_answer_turn):
+        return "not executed: no turn left"
+    if finish == "eos":
+        return "not executed: the turn ended with EOS"
+    return ""
 
 
 def _env(text: str, tokenizer: Any) -> Segment:

@@ -116,9 +116,11 @@ def save_checkpoint(
     model: Any,
     tokenizer: Any,
     keep: int = 2,
+    extra: Any = None,
 ) -> Path:
     """Write a checkpoint (into a temporary folder renamed at the end, so a crash never leaves a half
-    checkpoint that looks complete) and keep the ``keep`` newest ones."""
+    checkpoint that looks complete) and keep the ``keep`` newest ones. ``extra(folder)``, on the main
+    process, writes a trainer's own files into the checkpoint before the rename."""
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
@@ -129,6 +131,8 @@ def save_checkpoint(
     if accelerator.is_main_process:
         export_policy(accelerator.unwrap_model(model), tokenizer, tmp / "policy")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
+        if extra is not None:
+            extra(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         if keep > 0:
