@@ -49,8 +49,16 @@ from ragrl.train.setup import load_policy, make_accelerator  # noqa: E402
 from ragrl.train.sft import SFTTrainer, demonstration_trajectories  # noqa: E402
 from ragrl.train.stages import run_stages  # noqa: E402
 
-COLUMNS = ("em", "em_answerable", "top_answer_share", "steps", "searches", "duplicate_rate",
-           "refusal_answerable", "refusal_unanswerable")  # fmt: skip
+COLUMNS = (
+    "em",
+    "em_answerable",
+    "top_answer_share",
+    "steps",
+    "searches",
+    "duplicate_rate",
+    "refusal_answerable",
+    "refusal_unanswerable",
+)
 
 
 def measure(backend: Any, retriever: Any, method: Any, examples: list) -> dict[str, Any]:
@@ -74,10 +82,14 @@ def measure(backend: Any, retriever: Any, method: Any, examples: list) -> dict[s
         "top_answer_share": round(check["eval/top_answer_share"], 3),
         "top_answer": check["eval/top_answer"],
         "steps": round(statistics.mean(len(t.actions) for t in trajectories), 2),
-        "searches": round(statistics.mean(sum(a.kind == "search" for a in t.actions) for t in trajectories), 2),
+        "searches": round(
+            statistics.mean(sum(a.kind == "search" for a in t.actions) for t in trajectories), 2
+        ),
         "duplicate_rate": rate([c > 0.8 for c in cosines]),
         "refusal_answerable": rate([refused(t) for t, a in zip(trajectories, answerable, strict=True) if a]),
-        "refusal_unanswerable": rate([refused(t) for t, a in zip(trajectories, answerable, strict=True) if not a]),
+        "refusal_unanswerable": rate(
+            [refused(t) for t, a in zip(trajectories, answerable, strict=True) if not a]
+        ),
     }
 
 
@@ -91,8 +103,16 @@ def _policy(path: Path) -> TransformersBackend:
 def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     data, index, model_dir = world(workdir, seed, args.copy_steps)
     out = workdir / f"search_r1-{seed}"
-    method = load_method("search_r1-tiny", [f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
-                                            f"train.sft.max_steps={args.sft_steps}", f"train.steps={args.steps}"])  # fmt: skip
+    method = load_method(
+        "search_r1-tiny",
+        [
+            f"train.seed={seed}",
+            f"train.model.path={model_dir}",
+            f"train.out={out}",
+            f"train.sft.max_steps={args.sft_steps}",
+            f"train.steps={args.steps}",
+        ],
+    )
     retriever = load_retriever(index)
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
@@ -101,18 +121,32 @@ def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, A
     before = measure(grpo.backend, retriever, method, test)
     t1 = time.perf_counter()
     grpo.train()
-    return {"seed": seed, "arm": "search_r1", "n_test": len(test), "before": before,
-            "after": measure(grpo.backend, retriever, method, test),
-            "train_seconds": round(time.perf_counter() - t1, 1), "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    return {
+        "seed": seed,
+        "arm": "search_r1",
+        "n_test": len(test),
+        "before": before,
+        "after": measure(grpo.backend, retriever, method, test),
+        "train_seconds": round(time.perf_counter() - t1, 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def evo_rag(workdir: Path, seed: int, args: argparse.Namespace, mode: str) -> dict[str, Any]:
     data, index, model_dir = world(workdir, seed, args.copy_steps)
     arm = "evo_rag" if mode == "time_dynamic" else mode
     out = workdir / f"{arm}-{seed}"
-    paths = [f"train.seed={seed}", f"train.data.train={data / 'train.jsonl'}", f"train.data.eval={data / 'dev.jsonl'}",
-             f"train.data.index={index}", f"schedule.mode={mode}", f"train.steps={args.cycles}"]  # fmt: skip
-    method = load_method("evo_rag-tiny", [*paths, f"train.model.path={model_dir}", f"train.sft.max_steps={args.sft_steps}"])
+    paths = [
+        f"train.seed={seed}",
+        f"train.data.train={data / 'train.jsonl'}",
+        f"train.data.eval={data / 'dev.jsonl'}",
+        f"train.data.index={index}",
+        f"schedule.mode={mode}",
+        f"train.steps={args.cycles}",
+    ]
+    method = load_method(
+        "evo_rag-tiny", [*paths, f"train.model.path={model_dir}", f"train.sft.max_steps={args.sft_steps}"]
+    )
     retriever = load_retriever(index)
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
@@ -120,14 +154,29 @@ def evo_rag(workdir: Path, seed: int, args: argparse.Namespace, mode: str) -> di
     acc = make_accelerator(method.train)
     model, tokenizer = load_policy(method.train.model, acc.device)
     demos = demonstration_trajectories(method, tokenizer, method.oracle, train, retriever)
-    sft = SFTTrainer(method, method.train, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
-                     accelerator=acc, model=model, tokenizer=tokenizer)  # fmt: skip
+    sft = SFTTrainer(
+        method,
+        method.train,
+        demos,
+        run_dir=out / "warm_start",
+        eval_examples=[],
+        retriever=retriever,
+        accelerator=acc,
+        model=model,
+        tokenizer=tokenizer,
+    )
     sft.train()
     before = measure(TransformersBackend(sft.policy, tokenizer, batch_size=128), retriever, method, test)
     t1 = time.perf_counter()
-    run_stages("evo_rag-tiny", [*paths, f"train.model.path={out / 'warm_start' / 'policy'}", f"train.out={out / 'stages'}"])
+    run_stages(
+        "evo_rag-tiny",
+        [*paths, f"train.model.path={out / 'warm_start' / 'policy'}", f"train.out={out / 'stages'}"],
+    )
     train_seconds = time.perf_counter() - t1
-    final, kept = out / "stages" / "stage-1-refinement" / "policy", out / "stages" / "stage-1-refinement" / "best"
+    final, kept = (
+        out / "stages" / "stage-1-refinement" / "policy",
+        out / "stages" / "stage-1-refinement" / "best",
+    )
     cycles = []
     for stage in sorted((out / "stages").glob("stage-*")):
         rows = [json.loads(x) for x in (stage / "metrics.jsonl").read_text().splitlines()]
@@ -141,10 +190,17 @@ def evo_rag(workdir: Path, seed: int, args: argparse.Namespace, mode: str) -> di
         "rm_multi_val_accuracy": _mean(cycles, "rm/multi/val/accuracy"),
         "rm_single_val_accuracy": _mean(cycles, "rm/single/val/accuracy"),
     }
-    return {"seed": seed, "arm": arm, "n_test": len(test), "before": before,
-            "after": measure(_policy(final), retriever, method, test),
-            "kept": measure(_policy(kept), retriever, method, test), "training": training,
-            "train_seconds": round(train_seconds, 1), "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+    return {
+        "seed": seed,
+        "arm": arm,
+        "n_test": len(test),
+        "before": before,
+        "after": measure(_policy(final), retriever, method, test),
+        "kept": measure(_policy(kept), retriever, method, test),
+        "training": training,
+        "train_seconds": round(train_seconds, 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
@@ -165,7 +221,10 @@ def main() -> None:
     tmp, workdir = open_workdir(args.workdir, "evo-rag-")
     results = []
     for seed in args.seeds:
-        runs = [lambda s=seed: search_r1(workdir, s, args), lambda s=seed: evo_rag(workdir, s, args, "time_dynamic")]
+        runs = [
+            lambda s=seed: search_r1(workdir, s, args),
+            lambda s=seed: evo_rag(workdir, s, args, "time_dynamic"),
+        ]
         if args.ablation:
             runs.append(lambda s=seed: evo_rag(workdir, s, args, "two_stage_fixed"))
         for run in runs:
@@ -181,9 +240,15 @@ def main() -> None:
                 seconds = r["train_seconds"] if phase == "after" else ""
                 print(f"| {r['seed']} | {r['arm']} | {r['n_test']} | {phase} | {cells} | {seconds} |")
     for arm in dict.fromkeys(r["arm"] for r in results):
-        gains = [100 * (r["after"]["em_answerable"] - r["before"]["em_answerable"]) for r in results if r["arm"] == arm]
-        print(f"{arm}: answerable EM gain over its warm start, mean {statistics.mean(gains):+.1f} points "
-              f"({', '.join(f'{g:+.1f}' for g in gains)})")  # fmt: skip
+        gains = [
+            100 * (r["after"]["em_answerable"] - r["before"]["em_answerable"])
+            for r in results
+            if r["arm"] == arm
+        ]
+        print(
+            f"{arm}: answerable EM gain over its warm start, mean {statistics.mean(gains):+.1f} points "
+            f"({', '.join(f'{g:+.1f}' for g in gains)})"
+        )
     if tmp is not None:
         tmp.cleanup()
 

@@ -43,7 +43,9 @@ def test_the_cli_writes_the_mix_and_a_disjoint_validation_set(tmp_path):
     train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
     r = CliRunner().invoke(app, ["data", "mix", "--take", f"{a}:5", "--take", f"{b}:7", "--out", str(train)])
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(app, ["data", "mix", "--take", f"{b}:13", "--exclude", str(train), "--out", str(val)])
+    r = CliRunner().invoke(
+        app, ["data", "mix", "--take", f"{b}:13", "--exclude", str(train), "--out", str(val)]
+    )
     assert r.exit_code == 0, r.output
     got_train, got_val = read_examples(train)[0], read_examples(val)[0]
     assert len(got_train) == 12 and len(got_val) == 13

@@ -8,15 +8,17 @@ import pytest
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods import load_method
 from ragrl.methods import evo_rag_rewards as rewards
+from ragrl.methods import load_method
 from ragrl.methods.evo_rag import COMPONENTS, EvoRagProtocol, ScheduleConfig, step_weights
 from ragrl.methods.evo_rag_rewards import active_steps, evidence_ids, parse_verdict
 from ragrl.rewards.registry import RewardContext
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 GOLD = ["g1", "g2"]
-EX = Example("q1", "Which state contains the launch site of Mars Pathfinder?", ["Florida"], supporting_ids=GOLD)
+EX = Example(
+    "q1", "Which state contains the launch site of Mars Pathfinder?", ["Florida"], supporting_ids=GOLD
+)
 
 
 def episode(*steps: tuple) -> Trajectory:
@@ -28,7 +30,9 @@ def episode(*steps: tuple) -> Trajectory:
         action = Action(kind, content=content, turn=t)
         if kind == "search":
             action.retrieved_ids = list(ids[0]) if ids else []
-            traj.segments.append(Segment("env", [6], "<information>" + " ".join(action.retrieved_ids) + "</information>"))
+            traj.segments.append(
+                Segment("env", [6], "<information>" + " ".join(action.retrieved_ids) + "</information>")
+            )
         traj.actions.append(action)
         if kind in ("answer", "refuse"):
             traj.final_answer = content
@@ -48,10 +52,13 @@ class FixedCosines:
 @pytest.fixture
 def cosines(monkeypatch):
     """q0, q1 at cos 0.4; q0, q9 at cos 0.9; q0, q35 at cos 0.35 (unit vectors in the plane)."""
+
     def unit(c: float) -> np.ndarray:
         return np.array([c, np.sqrt(1 - c * c)], dtype=np.float64)
 
-    fixed = FixedCosines({"q0": unit(1.0), "q1": unit(0.4), "q9": unit(0.9), "q35": unit(0.35), "q_": unit(0.0)})
+    fixed = FixedCosines(
+        {"q0": unit(1.0), "q1": unit(0.4), "q9": unit(0.9), "q35": unit(0.35), "q_": unit(0.0)}
+    )
     monkeypatch.setattr(rewards, "query_encoder", lambda model=None: fixed)
 
 
@@ -66,8 +73,11 @@ def score(traj: Trajectory, overrides=(), example: Example = EX):
 @pytest.mark.parametrize(
     ("text", "kind", "content"),
     [
-        ("<think>I need the site.</think> <search> Mars Pathfinder launch site </search>", "search",
-         "Mars Pathfinder launch site"),
+        (
+            "<think>I need the site.</think> <search> Mars Pathfinder launch site </search>",
+            "search",
+            "Mars Pathfinder launch site",
+        ),
         ("<backtrack/>", "backtrack", ""),
         ("<think>nothing found</think><refuse/>", "refuse", "unknown"),
         ("<answer> Florida </answer>", "answer", "Florida"),
@@ -165,7 +175,9 @@ def test_example_1_a_three_step_trajectory(cosines):
         result = score(traj, [f"schedule.stage={stage}"])
         raw = {k: result.step_components[k] for k in COMPONENTS}
         assert [tuple(raw[k][t] for k in COMPONENTS) for t in range(3)] == [
-            (1, 0, 0, 0, 0, -1, 0), (-1, 0, pytest.approx(-0.4), 0, 0, -1, 0), (0, 0, 0, 0, 0, -1, 1)
+            (1, 0, 0, 0, 0, -1, 0),
+            (-1, 0, pytest.approx(-0.4), 0, 0, -1, 0),
+            (0, 0, 0, 0, 0, -1, 1),
         ]
         assert result.steps == pytest.approx(steps) and result.total == pytest.approx(ret)
 
@@ -206,7 +218,9 @@ def test_example_5_a_refusal_the_verifier_backs_or_not():
 
 
 def test_example_6_a_backtrack_in_refinement():
-    traj = episode(("search", "q0", ["n"]), ("search", "q0", ["n"]), ("search", "q0", ["n"]), ("backtrack", ""))
+    traj = episode(
+        ("search", "q0", ["n"]), ("search", "q0", ["n"]), ("search", "q0", ["n"]), ("backtrack", "")
+    )
     result = score(traj, ["schedule.stage=refinement", "schedule.keep=[bt,step]"])
     assert result.steps[3] == pytest.approx(-0.6325)
 

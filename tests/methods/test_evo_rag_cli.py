@@ -10,13 +10,19 @@ from typer.testing import CliRunner
 
 from ragrl.cli import app
 
-GOLD = {"id": "q1", "question": "Which state contains the launch site of Mars Pathfinder?",
-        "golden_answers": ["Florida"], "metadata": {"supporting_ids": ["g1", "g2"]}}  # fmt: skip
+GOLD = {
+    "id": "q1",
+    "question": "Which state contains the launch site of Mars Pathfinder?",
+    "golden_answers": ["Florida"],
+    "metadata": {"supporting_ids": ["g1", "g2"]},
+}
 FOUND = {
     "id": "q1",
-    "completion": "<think>find the site</think><search> Mars Pathfinder launch site </search>\n<information>Doc 1 "
-    "(Title: Pathfinder) launched from Cape Canaveral</information>\n<search> Cape Canaveral state </search>\n"
-    "<information>Doc 1 (Title: Cape Canaveral) a cape in Florida</information>\n<answer> Florida </answer>",
+    "completion": "<think>find the site</think><search> Mars Pathfinder launch site </search>\n"
+    "<information>Doc 1 (Title: Pathfinder) launched from Cape Canaveral</information>\n"
+    "<search> Cape Canaveral state </search>\n"
+    "<information>Doc 1 (Title: Cape Canaveral) a cape in Florida</information>\n"
+    "<answer> Florida </answer>",
     "retrieved_ids": [["g1"], ["g2"]],
     "retrieved_titles": [["Pathfinder"], ["Cape Canaveral"]],
 }
@@ -37,17 +43,32 @@ def _files(tmp_path, *records):
 
 def test_reward_prints_every_step_and_each_episode_return(tmp_path):
     gold, completions = _files(tmp_path, FOUND, GAVE_UP)
-    result = CliRunner().invoke(app, ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)])
+    result = CliRunner().invoke(
+        app, ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)]
+    )
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in result.output.splitlines()]
     steps = [x for x in lines if "t" in x]
     assert [(x["t"], x["action"]["kind"]) for x in steps] == [
-        (0, "search"), (1, "search"), (2, "answer"), (0, "search"), (1, "backtrack"), (2, "refuse")
+        (0, "search"),
+        (1, "search"),
+        (2, "answer"),
+        (0, "search"),
+        (1, "backtrack"),
+        (2, "refuse"),
     ]
     first = steps[0]
     assert first["action"]["doc_ids"] == ["g1"] and first["action"]["titles"] == ["Pathfinder"]
     assert (first["ret"], first["step"], first["R_t"]) == (1.0, -1.0, 1.98)  # β(0)·1 − η(0)
-    assert first["weights"] == {"ret": 2.0, "act": 1.5, "dup": 0.1, "bt": 0.3, "ref": 0.5, "step": 0.02, "ans": 0.05}
+    assert first["weights"] == {
+        "ret": 2.0,
+        "act": 1.5,
+        "dup": 0.1,
+        "bt": 0.3,
+        "ref": 0.5,
+        "step": 0.02,
+        "ans": 0.05,
+    }
     assert steps[2]["ans"] == 1.0 and steps[4]["bt"] == -1.0
     # the refusal: its search was taken back, so no gold is in context and the verifier backs it
     assert steps[5]["ref"] == 1.0 and steps[5]["action"]["verdict"] == "no"
@@ -57,7 +78,9 @@ def test_reward_prints_every_step_and_each_episode_return(tmp_path):
 
 def test_reward_names_the_line_of_a_bad_ids_field(tmp_path):
     gold, completions = _files(tmp_path, {**FOUND, "retrieved_ids": [["g1"]]})
-    result = CliRunner().invoke(app, ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)])
+    result = CliRunner().invoke(
+        app, ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)]
+    )
     message = str(result.exception)
     assert result.exit_code != 0 and "completions.jsonl:1" in message and "retrieved_ids" in message
     assert "1 lists but the completion makes 2 searches" in message
@@ -66,12 +89,29 @@ def test_reward_names_the_line_of_a_bad_ids_field(tmp_path):
 def test_train_runs_both_curriculum_stages_from_the_cli(world_dir, tmp_path):
     out = tmp_path / "run"
     args = [
-        "train", "evo_rag-tiny", "--out", str(out),
-        "--set", f"train.model.path={world_dir / 'model'}", "--set", f"train.data.train={world_dir / 'train.jsonl'}",
-        "--set", f"train.data.eval={world_dir / 'dev.jsonl'}", "--set", f"train.data.index={world_dir / 'bm25'}",
-        "--set", "train.data.eval_limit=6", "--set", "train.steps=1", "--set", "rollout.max_turns=3",
-        "--set", "train.cycles.questions_per_cycle=4", "--set", "train.cycles.n_candidates=3",
-    ]  # fmt: skip
+        "train",
+        "evo_rag-tiny",
+        "--out",
+        str(out),
+        "--set",
+        f"train.model.path={world_dir / 'model'}",
+        "--set",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        "--set",
+        f"train.data.eval={world_dir / 'dev.jsonl'}",
+        "--set",
+        f"train.data.index={world_dir / 'bm25'}",
+        "--set",
+        "train.data.eval_limit=6",
+        "--set",
+        "train.steps=1",
+        "--set",
+        "rollout.max_turns=3",
+        "--set",
+        "train.cycles.questions_per_cycle=4",
+        "--set",
+        "train.cycles.n_candidates=3",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     stages = json.loads((out / "stages.json").read_text())["finished"]

@@ -4,7 +4,6 @@ exactly."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,19 @@ def _method(world: Path, run: Path, *extra: str):
     return load_method(
         "evo_rag-tiny",
         [
-            f"train.model.path={world / 'model'}", f"train.out={run}", f"train.data.train={world / 'train.jsonl'}",
-            f"train.data.index={world / 'bm25'}", "rollout.max_turns=3", "train.cycles.questions_per_cycle=4",
-            "train.cycles.n_candidates=3", "train.dpo.batch_size=4", "train.stages=[]", "train.optim.lr=1e-3",
+            f"train.model.path={world / 'model'}",
+            f"train.out={run}",
+            f"train.data.train={world / 'train.jsonl'}",
+            f"train.data.index={world / 'bm25'}",
+            "rollout.max_turns=3",
+            "train.cycles.questions_per_cycle=4",
+            "train.cycles.n_candidates=3",
+            "train.dpo.batch_size=4",
+            "train.stages=[]",
+            "train.optim.lr=1e-3",
             *extra,
         ],
-    )  # fmt: skip
+    )
 
 
 def test_siblings_are_distinct_actions_scored_as_branches(world_dir):
@@ -42,7 +48,9 @@ def test_siblings_are_distinct_actions_scored_as_branches(world_dir):
     examples = read_examples(world_dir / "train.jsonl")[0][:4]
     episodes = method.make_rollout(backend, retriever).run(examples, n=1, seed=3)
     results = method.reward.score(episodes, examples, RewardContext())
-    states = sample_siblings(method, backend, retriever, episodes, examples, n_candidates=4, temperature=1.0, seed=3)
+    states = sample_siblings(
+        method, backend, retriever, episodes, examples, n_candidates=4, temperature=1.0, seed=3
+    )
     assert len(states) == sum(len(e.actions) for e in episodes)
     for state in states:
         own = state.candidates[0]
@@ -82,7 +90,11 @@ def test_pairs_follow_delta_and_the_margin_with_the_worked_examples():
         assert reward_model_pairs([ex3], 0.3) == [] and policy_pairs([ex3], 0.2) == []
     # three siblings: every pair over Δ for the reward model, only best-vs-worst for the policy
     three = _state([0.0, 1.0, 0.5])
-    assert sorted(p.pair.id for p in reward_model_pairs([three], 0.3)) == ["q7#0.1.1.0", "q7#0.1.1.2", "q7#0.1.2.0"]
+    assert sorted(p.pair.id for p in reward_model_pairs([three], 0.3)) == [
+        "q7#0.1.1.0",
+        "q7#0.1.1.2",
+        "q7#0.1.2.0",
+    ]
     assert [p.id for p in policy_pairs([three], 0.2)] == ["q7#0.1.1.0"]
 
 
@@ -98,7 +110,9 @@ def _trainer(world: Path, run: Path) -> CycleTrainer:
     method = _method(world, run)
     acc = make_accelerator(method.train)
     model, tokenizer = load_policy(method.train.model, acc.device)
-    return CycleTrainer(method, method.train, accelerator=acc, model=model, tokenizer=tokenizer, eval_examples=[])
+    return CycleTrainer(
+        method, method.train, accelerator=acc, model=model, tokenizer=tokenizer, eval_examples=[]
+    )
 
 
 def test_a_cycle_trains_both_reward_models_and_the_policy_and_resumes_exactly(world_dir, tmp_path):
@@ -120,7 +134,9 @@ def test_a_cycle_trains_both_reward_models_and_the_policy_and_resumes_exactly(wo
     assert again.keys() == second.keys()
     for key in second.keys() - set(timing):
         assert again[key] == pytest.approx(second[key], rel=1e-5, abs=1e-7), key
-    for (name, (a, _)), (_, (b, _)) in zip(sorted(whole.reward_models.items()), sorted(resumed.reward_models.items())):
+    for (name, (a, _)), (_, (b, _)) in zip(
+        sorted(whole.reward_models.items()), sorted(resumed.reward_models.items()), strict=True
+    ):
         assert torch.allclose(a.heads.weight, b.heads.weight, atol=1e-6), name
     for pa, pb in zip(whole.policy.parameters(), resumed.policy.parameters(), strict=True):
         assert torch.allclose(pa, pb, atol=1e-6)
@@ -143,8 +159,16 @@ def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
     method = trainer.method
     examples = read_examples(world_dir / "train.jsonl")[0][4:7]
     episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=9)
-    states = sample_siblings(method, trainer.backend, trainer.retriever, episodes, examples, n_candidates=3,
-                             temperature=1.0, seed=9)  # fmt: skip
+    states = sample_siblings(
+        method,
+        trainer.backend,
+        trainer.retriever,
+        episodes,
+        examples,
+        n_candidates=3,
+        temperature=1.0,
+        seed=9,
+    )
     trainer._score_with_reward_model(states)
     scores = [c.rm_score for s in states for c in s.candidates]
     assert len(set(scores)) > 1  # the heads score the candidates, differently
@@ -178,7 +202,11 @@ def test_resuming_an_episode_prefix_replays_the_episode(world_dir):
     episodes = rollout.run(examples, n=1, seed=11)
     from ragrl.train.siblings import visited_states
 
-    states = [s for s in visited_states(episodes, examples, method.protocol) if s.step < len(episodes[s.episode].actions) - 1]
+    states = [
+        s
+        for s in visited_states(episodes, examples, method.protocol)
+        if s.step < len(episodes[s.episode].actions) - 1
+    ]
     assert states, "no episode had two steps"
     prefixes = [s.candidates[0].branch for s in states]
     for prefix in prefixes:
@@ -198,8 +226,17 @@ def test_rollout_returns_credit_a_step_with_where_it_leads(world_dir, tmp_path):
     method = trainer.method
     examples = read_examples(world_dir / "train.jsonl")[0][:3]
     episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=5)
-    states = sample_siblings(method, trainer.backend, trainer.retriever, episodes, examples, n_candidates=3,
-                             temperature=1.0, seed=5, return_mode="rollout")  # fmt: skip
+    states = sample_siblings(
+        method,
+        trainer.backend,
+        trainer.retriever,
+        episodes,
+        examples,
+        n_candidates=3,
+        temperature=1.0,
+        seed=5,
+        return_mode="rollout",
+    )
     for state in states:
         for c in state.candidates:
             if method.protocol.is_final(c.action):

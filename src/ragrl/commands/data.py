@@ -56,12 +56,19 @@ def stats(
 
 @app.command()
 def mix(
-    take: list[str] = typer.Option(..., "--take", help="FILE:N (N questions of a canonical question file; "
-                                   "FILE alone: all of them). Repeatable."),
+    take: list[str] = typer.Option(
+        ...,
+        "--take",
+        help="FILE:N (N questions of a canonical question file; FILE alone: all of them). Repeatable.",
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="The mixed question file (jsonl)."),
     seed: int = typer.Option(0, "--seed", help="Sampling and shuffling seed."),
-    exclude: list[Path] = typer.Option([], "--exclude", help="Leave out the ids of this question file "
-                                       "(repeatable): a validation mix apart from the training mix."),
+    exclude: list[Path] = typer.Option(
+        [],
+        "--exclude",
+        help="Leave out the ids of this question file "
+        "(repeatable): a validation mix apart from the training mix.",
+    ),
 ) -> None:
     """A seeded mix of N questions from each file, shuffled together (R²AG's 500 HotpotQA + 3,000 2Wiki +
     1,174 MuSiQue)."""

@@ -158,8 +158,13 @@ def reward_spec(schedule: ScheduleConfig, params: RewardParams) -> list[dict[str
     p = params
     settings: dict[str, dict[str, Any]] = {
         "ret": {"top_k": p.top_k, "novel_hits_only": p.novel_hits_only},
-        "act": {"encoder": p.encoder, "progress": p.act_progress, "dup_threshold": p.act_dup_threshold,
-                "denominator": p.act_denominator, "t_max": schedule.t_max},  # fmt: skip
+        "act": {
+            "encoder": p.encoder,
+            "progress": p.act_progress,
+            "dup_threshold": p.act_dup_threshold,
+            "denominator": p.act_denominator,
+            "t_max": schedule.t_max,
+        },
         "dup": {"encoder": p.encoder, "clip_at_zero": p.clip_dup_at_zero},
         "bt": {},
         "ref": {"verifier": dict(p.verifier)},
@@ -195,7 +200,9 @@ class EvoRagProtocolConfig:
         "\nThat was not a valid action ({error}). Write one of <search> query </search>, <backtrack/>, "
         "<answer> answer </answer> or <refuse/>.\n"
     )
-    answer_now: str = "\nThat was the last search step. Answer now with <answer> answer </answer> or <refuse/>.\n"
+    answer_now: str = (
+        "\nThat was the last search step. Answer now with <answer> answer </answer> or <refuse/>.\n"
+    )
     """Said before the forced answer turn of an episode that reached T_max (``final_answer_turn``)."""
     refusal_answer: str = "unknown"
     """The final answer an episode that refuses is scored with (the synthetic world's answer to an
@@ -218,7 +225,9 @@ class EvoRagProtocol(Protocol):
             try:
                 template.format(question="q")
             except (KeyError, IndexError, ValueError) as e:
-                raise RagrlError(f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}") from None
+                raise RagrlError(
+                    f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}"
+                ) from None
 
     def messages(self, example: Example) -> list[dict[str, str]]:
         c = self.config
@@ -300,13 +309,16 @@ class EvoRagProtocol(Protocol):
             if not isinstance(lists, list) or not all(
                 isinstance(x, list) and all(isinstance(i, str) for i in x) for x in lists
             ):
-                raise DataError("must be a list of lists of strings, one per search", path=path, line=line,
-                                field=key)  # fmt: skip
+                raise DataError(
+                    "must be a list of lists of strings, one per search", path=path, line=line, field=key
+                )
             if len(lists) != len(searches):
                 raise DataError(
                     f"has {len(lists)} lists but the completion makes {len(searches)} searches",
-                    path=path, line=line, field=key,
-                )  # fmt: skip
+                    path=path,
+                    line=line,
+                    field=key,
+                )
             for action, values in zip(searches, lists, strict=True):
                 setattr(action, key, list(values))
         return traj
@@ -389,17 +401,23 @@ def build_method(cfg: Any) -> Method:
     """EVO-RAG from a loaded config (``ragrl.methods.load_method``)."""
     config = to_dataclass(EvoRagConfig, cfg)
     if config.rollout.kind != "stepwise":
-        raise RagrlError(f"rollout.kind: EVO-RAG backtracks, so it needs stepwise, got {config.rollout.kind!r}")
+        raise RagrlError(
+            f"rollout.kind: EVO-RAG backtracks, so it needs stepwise, got {config.rollout.kind!r}"
+        )
     check_verifier(config.rewards.verifier)
     if config.rewards.act_denominator not in ("t_max", "episode"):
-        raise RagrlError(f"rewards.act_denominator is t_max or episode, got {config.rewards.act_denominator!r}")
+        raise RagrlError(
+            f"rewards.act_denominator is t_max or episode, got {config.rewards.act_denominator!r}"
+        )
     if config.rewards.act_denominator == "episode" and config.train.algo == "cycles":
         raise RagrlError(
             "rewards.act_denominator: episode divides by the episode's length, which a sibling branch cut "
             "at its step does not have; preference cycles need t_max"
         )
     if config.schedule.mode == "no_reward" and config.schedule.keep != ["full"]:
-        raise RagrlError("schedule.keep: the no_reward mode keeps the answer reward alone; leave keep at [full]")
+        raise RagrlError(
+            "schedule.keep: the no_reward mode keeps the answer reward alone; leave keep at [full]"
+        )
     reward = build_reward(reward_spec(config.schedule, config.rewards))
     return Method(
         name=config.method,

@@ -202,7 +202,9 @@ def _evidence_text(trajectory: Trajectory, t: int) -> str:
     """The passages still in context before step ``t``, as the environment showed them."""
     observations = step_observations(trajectory)
     return "\n".join(
-        observations[j].strip() for j in active_steps(trajectory.actions, t) if executed(trajectory.actions[j])
+        observations[j].strip()
+        for j in active_steps(trajectory.actions, t)
+        if executed(trajectory.actions[j])
     )
 
 
@@ -211,15 +213,15 @@ def check_verifier(verifier: dict[str, Any] | None) -> None:
     kind = (verifier or {"kind": "gold"}).get("kind")
     if kind in ("gold", "answer"):
         if len(verifier or {}) > 1:
-            raise RagrlError(f"rewards.verifier: kind {kind} takes no settings, got {sorted(set(verifier) - {'kind'})}")
+            raise RagrlError(
+                f"rewards.verifier: kind {kind} takes no settings, got {sorted(set(verifier) - {'kind'})}"
+            )
         return
     if kind not in ("openai", "local", "cached"):
         raise RagrlError(f"rewards.verifier.kind: gold, answer, openai, local or cached, got {kind!r}")
 
 
-def verify(
-    requests: list[tuple[Trajectory, Example, int]], verifier: dict[str, Any] | None
-) -> list[str]:
+def verify(requests: list[tuple[Trajectory, Example, int]], verifier: dict[str, Any] | None) -> list[str]:
     """The verdict (``"yes"``: the evidence suffices) for each (episode, example, step): the evidence is
     what is in context before that step. The proxies are computed every time; a judge's verdicts are
     cached per (example, evidence, verifier)."""
@@ -231,7 +233,9 @@ def verify(
     asks: list[tuple[int, tuple[str, str, tuple[str, ...], str], list[dict[str, str]]]] = []
     for i, (trajectory, example, t) in enumerate(requests):
         if kind == "gold":
-            verdicts.append("yes" if _gold(example, "evo_ref") <= set(evidence_ids(trajectory.actions, t)) else "no")
+            verdicts.append(
+                "yes" if _gold(example, "evo_ref") <= set(evidence_ids(trajectory.actions, t)) else "no"
+            )
             continue
         text = _evidence_text(trajectory, t)
         if kind == "answer":
@@ -242,8 +246,13 @@ def verify(
             verdicts.append(_VERDICTS[cache_key])
             continue
         user = VERIFIER_TEMPLATE.format(question=example.question, evidence=text or "(none)")
-        asks.append((i, cache_key, [{"role": "system", "content": VERIFIER_SYSTEM},
-                                    {"role": "user", "content": user}]))  # fmt: skip
+        asks.append(
+            (
+                i,
+                cache_key,
+                [{"role": "system", "content": VERIFIER_SYSTEM}, {"role": "user", "content": user}],
+            )
+        )
         verdicts.append(None)
     if asks:
         replies = complete_all(_client(key), [chat for _, _, chat in asks])
@@ -331,10 +340,12 @@ def action_penalty(
     for trajectory, row in zip(trajectories, max_cosines(trajectories, encoder), strict=True):
         n = _check_steps(trajectory)
         horizon = t_max if denominator == "t_max" else n
-        out.append([
-            -1.0 if c is not None and t / horizon >= progress and c > dup_threshold else 0.0
-            for t, c in enumerate(row)
-        ])  # fmt: skip
+        out.append(
+            [
+                -1.0 if c is not None and t / horizon >= progress and c > dup_threshold else 0.0
+                for t, c in enumerate(row)
+            ]
+        )
     return out
 
 
@@ -365,7 +376,9 @@ def refusal_reward(
 
 
 @register_reward("evo_step", per_step=True)
-def step_cost(trajectory: Trajectory, example: Example, ctx: RewardContext, cost: float = -1.0) -> list[float]:
+def step_cost(
+    trajectory: Trajectory, example: Example, ctx: RewardContext, cost: float = -1.0
+) -> list[float]:
     """r_step: ``cost`` on every step (the paper's −1; −0.5 and −2 were its ablation)."""
     return [float(cost)] * _check_steps(trajectory)
 

@@ -45,7 +45,9 @@ class StepwiseRollout(RolloutEngine):
             ep = _Episode(example, copy.deepcopy(prefix))
             policy = [i for i, s in enumerate(ep.traj.segments) if s.kind == "policy"]
             if len(policy) != len(ep.traj.actions) or not policy:
-                raise RagrlError(f"cannot resume the episode of {prefix.example_id!r}: not a step-wise record")
+                raise RagrlError(
+                    f"cannot resume the episode of {prefix.example_id!r}: not a step-wise record"
+                )
             ep.traj.metadata.setdefault("sample", 0)
             bounds = [*policy, len(ep.traj.segments)]
             for k, action in enumerate(ep.traj.actions):
@@ -69,10 +71,22 @@ class StepwiseRollout(RolloutEngine):
         for turn in range(min(starts, default=cfg.max_turns), cfg.max_turns):
             active = [ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= turn]
             if active:
-                self._turn(active, turn, seed, execute_search=turn + 1 < cfg.max_turns or cfg.final_answer_turn,
-                           t0=t0)  # fmt: skip
-        self._final_turn([ep for ep, start in zip(episodes, starts, strict=True) if not ep.done and start <= cfg.max_turns],
-                         seed, t0)  # fmt: skip
+                self._turn(
+                    active,
+                    turn,
+                    seed,
+                    execute_search=turn + 1 < cfg.max_turns or cfg.final_answer_turn,
+                    t0=t0,
+                )
+        self._final_turn(
+            [
+                ep
+                for ep, start in zip(episodes, starts, strict=True)
+                if not ep.done and start <= cfg.max_turns
+            ],
+            seed,
+            t0,
+        )
         for ep in episodes:
             if not ep.done:
                 self._finish(ep, "max_turns", truncated=True, t0=t0)

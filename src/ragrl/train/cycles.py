@@ -40,7 +40,12 @@ from ragrl.rewards.registry import RewardContext
 from ragrl.rollout.limits import check_prompts
 from ragrl.train.base import Trainer, load_examples
 from ragrl.train.dpo import DPOTrainer
-from ragrl.train.reward_model import MultiHeadRewardModel, RewardModelConfig, RewardModelTrainer, embed_sequences
+from ragrl.train.reward_model import (
+    MultiHeadRewardModel,
+    RewardModelConfig,
+    RewardModelTrainer,
+    embed_sequences,
+)
 from ragrl.train.siblings import VisitedState, policy_pairs, reward_model_pairs, sample_siblings
 
 RM_FILES = {"multi": "reward_model", "single": "reward_model_single"}
@@ -62,7 +67,12 @@ class CycleTrainer(DPOTrainer):
     kind = "cycle"
 
     def __init__(
-        self, method: Method, config: TrainConfig, *, train_examples: Sequence[Any] | None = None, **kwargs: Any
+        self,
+        method: Method,
+        config: TrainConfig,
+        *,
+        train_examples: Sequence[Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         Trainer.__init__(self, method, config, **kwargs)
         if self.acc.num_processes > 1:
@@ -74,10 +84,14 @@ class CycleTrainer(DPOTrainer):
                 raise RagrlError("train.data.train: no training questions given")
             train_examples = load_examples(config.data.train, "train.data.train")
         self.train_examples = method.prepare_examples(train_examples, "train.data.train")
-        check_prompts(self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train")
+        check_prompts(
+            self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train"
+        )
         self._setup_reference()
         c = config.cycles
-        updates = config.steps * math.ceil(c.questions_per_cycle * method.rollout.max_turns / config.dpo.batch_size)
+        updates = config.steps * math.ceil(
+            c.questions_per_cycle * method.rollout.max_turns / config.dpo.batch_size
+        )
         self._prepare(len(self.train_examples), updates, lr=config.dpo.lr)
         self.rollout = method.make_rollout(self.backend, self.retriever)
         ids = sorted(ex.id for ex in self.train_examples)
@@ -104,9 +118,17 @@ class CycleTrainer(DPOTrainer):
 
         # 2. sibling candidates at every visited state, each scored as a branch
         states = sample_siblings(
-            self.method, self.backend, self.retriever, episodes, questions,
-            n_candidates=c.n_candidates, temperature=c.temperature, seed=seed, ctx=ctx, return_mode=c.return_mode,
-        )  # fmt: skip
+            self.method,
+            self.backend,
+            self.retriever,
+            episodes,
+            questions,
+            n_candidates=c.n_candidates,
+            temperature=c.temperature,
+            seed=seed,
+            ctx=ctx,
+            return_mode=c.return_mode,
+        )
         returns = "rollout_return" if c.return_mode == "rollout" else "prefix_return"
         t_rollout = time.perf_counter() - t0
 
@@ -135,7 +157,8 @@ class CycleTrainer(DPOTrainer):
         return metrics
 
     def _dpo_epoch(self, pairs: list[Any], seed: int) -> dict[str, Any]:
-        """One pass over ``pairs`` in shuffled batches of ``train.dpo.batch_size`` (the last may be smaller)."""
+        """One pass over ``pairs`` in shuffled batches of ``train.dpo.batch_size`` (the last may be
+        smaller)."""
         if not pairs:
             return {"dpo/updates": 0}
         order = list(range(len(pairs)))
@@ -162,16 +185,28 @@ class CycleTrainer(DPOTrainer):
 
     def _train_reward_model(self, which: str, heads: list[str], pairs: list[Any]) -> dict[str, float]:
         c = self.config.cycles
-        config = RewardModelConfig(heads=heads, epochs=1, batch_size=c.rm_batch_size, lr=c.rm_lr, seed=self.config.seed)
+        config = RewardModelConfig(
+            heads=heads, epochs=1, batch_size=c.rm_batch_size, lr=c.rm_lr, seed=self.config.seed
+        )
         model, optimizer = self.reward_models.get(which, (None, None))
         trainer = RewardModelTrainer(
-            self._encoder(), self.pad_id, pairs, config, name=str(self.config.model.path or ""),
-            model=model, optimizer=optimizer, held_out=self.rm_held_out,
-        )  # fmt: skip
+            self._encoder(),
+            self.pad_id,
+            pairs,
+            config,
+            name=str(self.config.model.path or ""),
+            model=model,
+            optimizer=optimizer,
+            held_out=self.rm_held_out,
+        )
         self.reward_models[which] = (trainer.model, trainer.optimizer)
         record = trainer.train()[-1]
         out = {f"rm/{which}/{k}": v for k, v in record.items() if k != "epoch" and isinstance(v, float)}
-        return {**out, f"rm/{which}/pairs": len(trainer.train_rows), f"rm/{which}/val_pairs": len(trainer.val_rows)}
+        return {
+            **out,
+            f"rm/{which}/pairs": len(trainer.train_rows),
+            f"rm/{which}/val_pairs": len(trainer.val_rows),
+        }
 
     def _score_with_reward_model(self, states: list[VisitedState]) -> None:
         """Each candidate's ``rm_score``: the multi-head reward model's mean head score."""
@@ -179,7 +214,9 @@ class CycleTrainer(DPOTrainer):
             return  # no pairs trained it yet: every rm_score stays 0 and no policy pair passes a margin
         model = self.reward_models["multi"][0]
         candidates = [(s, c) for s in states for c in s.candidates]
-        emb = embed_sequences(self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id)
+        emb = embed_sequences(
+            self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id
+        )
         with torch.no_grad():
             scores = model(emb).mean(dim=1).tolist()
         for (_, c), score in zip(candidates, scores, strict=True):
@@ -203,7 +240,9 @@ class CycleTrainer(DPOTrainer):
         for which in state.get("reward_models", []):
             folder = ckpt / RM_FILES[which]
             if not (folder / "optimizer.pt").is_file():
-                raise RagrlError(f"{ckpt}: the checkpoint lists the {which} reward model but {folder} is incomplete")
+                raise RagrlError(
+                    f"{ckpt}: the checkpoint lists the {which} reward model but {folder} is incomplete"
+                )
             model = MultiHeadRewardModel.load(folder)
             optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.cycles.rm_lr)
             optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
@@ -221,7 +260,9 @@ class CycleTrainer(DPOTrainer):
 # --- what a cycle logs ----------------------------------------------------------------------------------
 
 
-def _episode_metrics(episodes: list[Any], questions: list[Any], results: list[Any], method: Method) -> dict[str, float]:
+def _episode_metrics(
+    episodes: list[Any], questions: list[Any], results: list[Any], method: Method
+) -> dict[str, float]:
     n = len(episodes)
     out = {
         "reward": sum(r.total for r in results) / n,

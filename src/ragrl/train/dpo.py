@@ -113,16 +113,30 @@ class DPOTrainer(Trainer):
             # 4. the preference loss, a sum over the micro-batch / the global batch (× N to undo DDP's
             # gradient average); the gradients of the micro-batches add up to the batch mean's
             losses, chosen_rewards, rejected_rewards = dpo_loss(
-                chosen, rejected, ref_chosen, ref_rejected,
-                beta=d.beta, loss_type=d.loss_type, label_smoothing=d.label_smoothing,
+                chosen,
+                rejected,
+                ref_chosen,
+                ref_rejected,
+                beta=d.beta,
+                loss_type=d.loss_type,
+                label_smoothing=d.label_smoothing,
                 reference_free=d.reference_free,
-            )  # fmt: skip
+            )
             self.acc.backward(losses.sum() / global_batch * self.acc.num_processes)
             margins = chosen_rewards - rejected_rewards
-            parts.append(torch.stack(
-                [losses.detach().sum(), chosen_rewards.sum(), rejected_rewards.sum(), (margins > 0).float().sum(),
-                 margins.sum(), chosen.detach().sum(), rejected.detach().sum()]
-            ))  # fmt: skip
+            parts.append(
+                torch.stack(
+                    [
+                        losses.detach().sum(),
+                        chosen_rewards.sum(),
+                        rejected_rewards.sum(),
+                        (margins > 0).float().sum(),
+                        margins.sum(),
+                        chosen.detach().sum(),
+                        rejected.detach().sum(),
+                    ]
+                )
+            )
         grad_norm = self.optimizer_step()
 
         local = torch.stack(parts).sum(0) / len(pairs)

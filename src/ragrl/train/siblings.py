@@ -86,7 +86,10 @@ def _branch(
         actions=[*[dataclasses.replace(a) for a in episode.actions[:step]], action],
         final_answer=action.content if final else None,
         finish_reason="answer" if final else "",
-        metadata={"group": episode.metadata.get("group", 0), "contexts": [list(c) for c in contexts[: step + 1]]},
+        metadata={
+            "group": episode.metadata.get("group", 0),
+            "contexts": [list(c) for c in contexts[: step + 1]],
+        },
     )
 
 
@@ -94,7 +97,9 @@ def _policy_at(episode: Trajectory) -> list[int]:
     return [i for i, s in enumerate(episode.segments) if s.kind == "policy"]
 
 
-def visited_states(episodes: Sequence[Trajectory], examples: Sequence[Example], protocol: Any) -> list[VisitedState]:
+def visited_states(
+    episodes: Sequence[Trajectory], examples: Sequence[Example], protocol: Any
+) -> list[VisitedState]:
     """One state per step of every episode, holding the step's own action as its first candidate."""
     states = []
     for e, (episode, example) in enumerate(zip(episodes, examples, strict=True)):
@@ -106,14 +111,18 @@ def visited_states(episodes: Sequence[Trajectory], examples: Sequence[Example], 
                 f"step); the episode of {episode.example_id!r} is not one"
             )
         for t, i in enumerate(policy_at):
-            prompt = list(episode.prompt_ids) + [x for j in contexts[t] for x in episode.segments[j].token_ids]
+            prompt = list(episode.prompt_ids) + [
+                x for j in contexts[t] for x in episode.segments[j].token_ids
+            ]
             end = policy_at[t + 1] if t + 1 < len(policy_at) else len(episode.segments)
             action = dataclasses.replace(episode.actions[t])
             own = _branch(episode, t, episode.segments[:end], action, protocol.is_final(action))
             seg = episode.segments[i]
             logprobs = list(seg.logprobs or [0.0] * len(seg.token_ids))
             state = VisitedState(e, t, example, prompt)
-            state.candidates.append(Candidate(list(seg.token_ids), logprobs, seg.text, action, own, sampled=True))
+            state.candidates.append(
+                Candidate(list(seg.token_ids), logprobs, seg.text, action, own, sampled=True)
+            )
             states.append(state)
     return states
 
@@ -143,7 +152,9 @@ def sample_siblings(
     states = visited_states(episodes, examples, protocol)
     extra = n_candidates - 1
     prompts = [s.prompt_ids for s in states for _ in range(extra)]
-    seeds = tuple(episode_seed(seed, SIBLING_STEP + s.step, s.episode, j) for s in states for j in range(extra))
+    seeds = tuple(
+        episode_seed(seed, SIBLING_STEP + s.step, s.episode, j) for s in states for j in range(extra)
+    )
     params = dataclasses.replace(rollout, temperature=temperature).sampling(
         rollout.max_new_tokens, protocol.stop, turn_seed(seed, SIBLING_STEP), seeds
     )
@@ -190,9 +201,12 @@ def sample_siblings(
             c.branch.metadata["sample"] = 1 + n  # its own sampling stream
         rollout = method.make_rollout(backend, retriever)
         if not hasattr(rollout, "resume"):
-            raise RagrlError(f"return_mode rollout needs a rollout that resumes episodes (stepwise), not {rollout!r}")
-        completed = rollout.resume([c.branch for c in candidates], [s.example for s in states for _ in s.candidates],
-                                   seed=seed + 1)  # fmt: skip
+            raise RagrlError(
+                f"return_mode rollout needs a rollout that resumes episodes (stepwise), not {rollout!r}"
+            )
+        completed = rollout.resume(
+            [c.branch for c in candidates], [s.example for s in states for _ in s.candidates], seed=seed + 1
+        )
     _score(method, states, ctx or RewardContext(), completed)
     return states
 
@@ -234,8 +248,15 @@ def _score(
 
 def _pair(state: VisitedState, i: int, j: int, margin: float) -> PreferencePair:
     def side(c: Candidate) -> Sample:
-        return Sample(list(state.prompt_ids), list(c.token_ids), [1] * len(c.token_ids), list(c.logprobs),
-                      group=state.episode, step=state.step, example_id=state.example.id)  # fmt: skip
+        return Sample(
+            list(state.prompt_ids),
+            list(c.token_ids),
+            [1] * len(c.token_ids),
+            list(c.logprobs),
+            group=state.episode,
+            step=state.step,
+            example_id=state.example.id,
+        )
 
     chosen, rejected = state.candidates[i], state.candidates[j]
     return PreferencePair(side(chosen), side(rejected), margin, f"{state.pair_prefix}.{i}.{j}")
@@ -247,7 +268,10 @@ def _ordered(state: VisitedState, a: int, b: int, score: str) -> tuple[int, int,
 
 
 def reward_model_pairs(
-    states: Sequence[VisitedState], threshold: float, labels: str = "shared_total", score: str = "prefix_return"
+    states: Sequence[VisitedState],
+    threshold: float,
+    labels: str = "shared_total",
+    score: str = "prefix_return",
 ) -> list[RewardPair]:
     """Every pair of siblings at a state whose returns differ by at least ``threshold``. ``labels``:
     ``shared_total`` (every head takes the pair's order, the paper's loss) or ``per_component`` (head
@@ -265,14 +289,18 @@ def reward_model_pairs(
                     out.append(RewardPair(_pair(state, i, j, gap)))
                 continue
             ci, cj = state.candidates[i].weighted, state.candidates[j].weighted
-            signs = {k: (1.0 if ci[k] - cj[k] >= threshold else -1.0 if cj[k] - ci[k] >= threshold else 0.0)
-                     for k in ci}  # fmt: skip
+            signs = {
+                k: (1.0 if ci[k] - cj[k] >= threshold else -1.0 if cj[k] - ci[k] >= threshold else 0.0)
+                for k in ci
+            }
             if any(signs.values()):
                 out.append(RewardPair(_pair(state, i, j, gap), signs))
     return out
 
 
-def policy_pairs(states: Sequence[VisitedState], margin: float, score: str = "prefix_return") -> list[PreferencePair]:
+def policy_pairs(
+    states: Sequence[VisitedState], margin: float, score: str = "prefix_return"
+) -> list[PreferencePair]:
     """One pair per state: its best and worst sibling by ``score`` (the true return, ``prefix_return``
     or ``rollout_return``, or ``rm_score``), kept when they differ by at least ``margin``."""
     out = []

@@ -1,5 +1,5 @@
-"""Staged training: a list of runs (GRPO, or preference cycles), each with its own overrides, each starting from the previous
-stage's final or best policy (EVO-RAG's two curriculum stages; any warm-up then main phase).
+"""Staged training: a list of runs (GRPO or preference cycles), each with its own overrides, each starting
+from the previous stage's final or best policy (EVO-RAG's two curriculum stages; any warm-up then main phase).
 
 ``train.stages`` in a method config lists the stages::
 
