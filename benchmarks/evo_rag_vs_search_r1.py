@@ -18,6 +18,8 @@ common answer's share (collapse check), steps and searches per question, the dup
 is scored with its final policy and with the policy it keeps (best dev EM).
 
     python benchmarks/evo_rag_vs_search_r1.py --seeds 0 1 2 --ablation
+    python benchmarks/evo_rag_vs_search_r1.py --arm 'best3:schedule.keep=[best3]' \
+        --arm 'bt:schedule.keep=[bt]' --arm 'half:rewards.step_cost=-0.5'  # Tables 6 and 5, the step cost
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,17 +135,20 @@ def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, A
     }
 
 
-def evo_rag(workdir: Path, seed: int, args: argparse.Namespace, mode: str) -> dict[str, Any]:
+def evo_rag(
+    workdir: Path, seed: int, args: argparse.Namespace, arm: str, overrides: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One EVO-RAG arm: ``evo_rag-tiny`` with ``overrides`` (``schedule.mode=two_stage_fixed``, a
+    component mask ``schedule.keep=[bt,ans]``, ``rewards.step_cost=-0.5``, ...)."""
     data, index, model_dir = world(workdir, seed, args.copy_steps)
-    arm = "evo_rag" if mode == "time_dynamic" else mode
     out = workdir / f"{arm}-{seed}"
     paths = [
         f"train.seed={seed}",
         f"train.data.train={data / 'train.jsonl'}",
         f"train.data.eval={data / 'dev.jsonl'}",
         f"train.data.index={index}",
-        f"schedule.mode={mode}",
         f"train.steps={args.cycles}",
+        *overrides,
     ]
     method = load_method(
         "evo_rag-tiny", [*paths, f"train.model.path={model_dir}", f"train.sft.max_steps={args.sft_steps}"]
@@ -216,6 +222,14 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=6, help="EVO-RAG's cycles per curriculum stage (at most)")
     ap.add_argument("--copy-steps", type=int, default=200)
     ap.add_argument("--ablation", action="store_true", help="also two_stage_fixed")
+    ap.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[;KEY=VALUE]",
+        help="another EVO-RAG arm with these overrides (Tables 5 and 6, the step cost): "
+        "'best3:schedule.keep=[best3]', 'cost-half:rewards.step_cost=-0.5'",
+    )
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
     tmp, workdir = open_workdir(args.workdir, "evo-rag-")
@@ -223,10 +237,15 @@ def main() -> None:
     for seed in args.seeds:
         runs = [
             lambda s=seed: search_r1(workdir, s, args),
-            lambda s=seed: evo_rag(workdir, s, args, "time_dynamic"),
+            lambda s=seed: evo_rag(workdir, s, args, "evo_rag"),
         ]
         if args.ablation:
-            runs.append(lambda s=seed: evo_rag(workdir, s, args, "two_stage_fixed"))
+            runs.append(
+                lambda s=seed: evo_rag(workdir, s, args, "two_stage_fixed", ["schedule.mode=two_stage_fixed"])
+            )
+        for spec in args.arm:
+            name, _, sets = spec.partition(":")
+            runs.append(lambda s=seed, n=name, o=sets.split(";"): evo_rag(workdir, s, args, n, o))
         for run in runs:
             results.append(run())
             print(json.dumps(results[-1]), flush=True)
