@@ -245,10 +245,15 @@ def test_retrieval_bonus_counts_novel_hits_only_when_asked(cosines):
 def test_action_penalty_reads_the_denominator_and_threshold(cosines):
     traj = episode(("search", "q0", ["n"]), ("search", "q1", ["n"]), ("answer", "x"))
     assert score(traj).step_components["act"] == [0, 0, 0]  # p(1) = 0.05 < 0.3
-    per_episode = score(traj, ["rewards.act_denominator=episode"]).step_components["act"]
+    grpo = ["train.algo=grpo", "train.stages=[]"]  # t/T_episode: not under preference cycles (below)
+    per_episode = score(traj, ["rewards.act_denominator=episode", *grpo]).step_components["act"]
     assert per_episode == [0, -1, 0]  # p(1) = 1/3 ≥ 0.3 and cos 0.4 > 0
-    strict = ["rewards.act_denominator=episode", "rewards.act_dup_threshold=0.5"]
+    strict = ["rewards.act_denominator=episode", "rewards.act_dup_threshold=0.5", *grpo]
     assert score(traj, strict).step_components["act"] == [0, 0, 0]
+    with pytest.raises(RagrlError, match="preference cycles need t_max"):
+        load_method("evo_rag", ["rewards.act_denominator=episode"])
+    with pytest.raises(RagrlError, match="rewards.verifier.kind"):
+        load_method("evo_rag", ["rewards.verifier={kind: gpt4}"])
 
 
 def test_overlap_penalty_with_the_real_encoder():

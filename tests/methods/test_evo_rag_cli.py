@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from ragrl.cli import app
@@ -73,7 +74,7 @@ def test_reward_prints_every_step_and_each_episode_return(tmp_path):
     # the refusal: its search was taken back, so no gold is in context and the verifier backs it
     assert steps[5]["ref"] == 1.0 and steps[5]["action"]["verdict"] == "no"
     episodes = [x for x in lines if "return" in x]
-    assert len(episodes) == 2 and episodes[0]["return"] == sum(x["R_t"] for x in steps[:3])
+    assert len(episodes) == 2 and episodes[0]["return"] == pytest.approx(sum(x["R_t"] for x in steps[:3]))
 
 
 def test_reward_names_the_line_of_a_bad_ids_field(tmp_path):
