@@ -115,6 +115,16 @@ def _trainer(world: Path, run: Path) -> CycleTrainer:
     )
 
 
+def _play_siblings(trainer: CycleTrainer, examples: list, seed: int, **kwargs) -> list[VisitedState]:
+    """One episode per question with the trainer's policy, and three siblings at every visited state."""
+    rollout = trainer.method.make_rollout(trainer.backend, trainer.retriever)
+    episodes = rollout.run(examples, n=1, seed=seed)
+    return sample_siblings(
+        trainer.method, trainer.backend, trainer.retriever, episodes, examples,
+        n_candidates=3, temperature=1.0, seed=seed, **kwargs,
+    )  # fmt: skip
+
+
 def test_a_cycle_trains_both_reward_models_and_the_policy_and_resumes_exactly(world_dir, tmp_path):
     whole = _trainer(world_dir, tmp_path / "whole")
     first = whole.step()
@@ -156,19 +166,7 @@ def test_the_cycles_config_is_checked_when_it_loads(world_dir):
 def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
     trainer = _trainer(world_dir, tmp_path / "rm")
     trainer.step()  # trains the reward models
-    method = trainer.method
-    examples = read_examples(world_dir / "train.jsonl")[0][4:7]
-    episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=9)
-    states = sample_siblings(
-        method,
-        trainer.backend,
-        trainer.retriever,
-        episodes,
-        examples,
-        n_candidates=3,
-        temperature=1.0,
-        seed=9,
-    )
+    states = _play_siblings(trainer, read_examples(world_dir / "train.jsonl")[0][4:7], seed=9)
     trainer._score_with_reward_model(states)
     scores = [c.rm_score for s in states for c in s.candidates]
     assert len(set(scores)) > 1  # the heads score the candidates, differently
@@ -204,7 +202,7 @@ def test_resuming_an_episode_prefix_replays_the_episode(world_dir):
 
     states = [
         s
-        for s in visited_states(episodes, examples, method.protocol)
+        for s in visited_states(rollout, episodes, examples)
         if s.step < len(episodes[s.episode].actions) - 1
     ]
     assert states, "no episode had two steps"
@@ -224,18 +222,8 @@ def test_rollout_returns_credit_a_step_with_where_it_leads(world_dir, tmp_path):
     trainer = _trainer(world_dir, tmp_path / "rollout")
     trainer.config.cycles.return_mode = "rollout"
     method = trainer.method
-    examples = read_examples(world_dir / "train.jsonl")[0][:3]
-    episodes = method.make_rollout(trainer.backend, trainer.retriever).run(examples, n=1, seed=5)
-    states = sample_siblings(
-        method,
-        trainer.backend,
-        trainer.retriever,
-        episodes,
-        examples,
-        n_candidates=3,
-        temperature=1.0,
-        seed=5,
-        return_mode="rollout",
+    states = _play_siblings(
+        trainer, read_examples(world_dir / "train.jsonl")[0][:3], seed=5, return_mode="rollout"
     )
     for state in states:
         for c in state.candidates:

@@ -39,11 +39,11 @@ from ragrl.data.schema import Example
 from ragrl.errors import DataError, RagrlError
 from ragrl.methods import Method, load_method_config, to_dataclass
 from ragrl.methods.evo_rag_rewards import T_MAX, check_verifier, step_log
+from ragrl.methods.search_r1 import SearchR1Protocol, SearchR1ProtocolConfig
 from ragrl.methods.train_config import TrainConfig
-from ragrl.retrieval.base import Hit
 from ragrl.rewards import build_reward
 from ragrl.rollout.engine import RolloutConfig
-from ragrl.rollout.protocol import Protocol, find_spans, squash_ws
+from ragrl.rollout.protocol import find_spans, squash_ws
 from ragrl.rollout.trajectory import Action, Trajectory
 
 # --- the scheduler (§2.3, §2.5) -------------------------------------------------------------------------
@@ -188,14 +188,10 @@ DEFAULT_USER = (
 
 
 @dataclass
-class EvoRagProtocolConfig:
-    system: str | None = None
+class EvoRagProtocolConfig(SearchR1ProtocolConfig):
+    """Search-R1's prompt, passages and corrective settings, with EVO-RAG's wording and two more."""
+
     user: str = DEFAULT_USER
-    information_prefix: str = "\n<information>"
-    information_suffix: str = "</information>\n"
-    doc_template: str = "Doc {index} (Title: {title}) {text}"
-    doc_separator: str = "\n"
-    no_results: str = "No passages found."
     corrective: str = (
         "\nThat was not a valid action ({error}). Write one of <search> query </search>, <backtrack/>, "
         "<answer> answer </answer> or <refuse/>.\n"
@@ -209,31 +205,19 @@ class EvoRagProtocolConfig:
     unanswerable question); r_ans is 0 for a refusal either way."""
 
 
-ACTION_TAGS = ("search", "answer")
 MARKERS = {"backtrack": "<backtrack/>", "refuse": "<refuse/>"}
 
 
-class EvoRagProtocol(Protocol):
+class EvoRagProtocol(SearchR1Protocol):
+    """Search-R1's protocol (prompt, passages, corrective, env spans) with EVO-RAG's four actions."""
+
     name = "evo_rag"
     backtracks = True
     stop = ("</search>", "</answer>", "<backtrack/>", "<refuse/>")
 
     def __init__(self, config: EvoRagProtocolConfig | None = None) -> None:
-        self.config = c = config or EvoRagProtocolConfig()
-        self.final_turn_note = c.answer_now
-        for key, template in (("protocol.user", c.user), ("protocol.system", c.system or "")):
-            try:
-                template.format(question="q")
-            except (KeyError, IndexError, ValueError) as e:
-                raise RagrlError(
-                    f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}"
-                ) from None
-
-    def messages(self, example: Example) -> list[dict[str, str]]:
-        c = self.config
-        q = example.question.strip()
-        out = [{"role": "system", "content": c.system.format(question=q)}] if c.system else []
-        return [*out, {"role": "user", "content": c.user.format(question=q)}]
+        super().__init__(config or EvoRagProtocolConfig())
+        self.final_turn_note = self.config.answer_now
 
     def parse(self, text: str, turn: int) -> Action:
         """Strict: only the text after the last ``</think>`` counts; it must hold action tags of exactly
@@ -245,7 +229,7 @@ class EvoRagProtocol(Protocol):
             return Action("invalid", turn=turn, error="unclosed <think>")
         body = tail if closed else text
         found: dict[str, str | None] = {}
-        for tag in ACTION_TAGS:
+        for tag in self.action_tags:
             spans = find_spans(body, tag)
             if spans:
                 found[tag] = squash_ws(spans[-1].content)
@@ -257,7 +241,7 @@ class EvoRagProtocol(Protocol):
         if len(found) > 1:
             return Action("invalid", turn=turn, error=f"more than one action ({', '.join(found)})")
         kind, content = next(iter(found.items()))
-        if kind in ACTION_TAGS and not content:
+        if kind in self.action_tags and not content:
             return Action("invalid", turn=turn, error=f"empty {'query' if kind == 'search' else 'answer'}")
         if kind == "refuse":
             content = self.config.refusal_answer
@@ -266,28 +250,14 @@ class EvoRagProtocol(Protocol):
     def is_final(self, action: Action) -> bool:
         return action.kind in ("answer", "refuse")
 
-    def observation(self, action: Action, hits: list[Hit]) -> str:
-        c = self.config
-        docs = [
-            c.doc_template.format(index=i, title=h.passage.title, text=h.passage.text, id=h.id, score=h.score)
-            for i, h in enumerate(hits, 1)
-        ]
-        body = c.doc_separator.join(docs) if docs else c.no_results
-        return f"{c.information_prefix}{body}{c.information_suffix}"
-
-    def corrective(self, action: Action) -> str:
-        return self.config.corrective.format(error=action.error or "unreadable action")
-
     def env_spans(self, text: str) -> list[tuple[int, int]]:
+        """Search-R1's observation and corrective spans, and the answer-now note."""
         import re
 
-        c = self.config
-        patterns = [re.escape(c.information_prefix) + r".*?" + re.escape(c.information_suffix)]
-        head, has_error, tail = c.corrective.partition("{error}")
-        patterns.append(re.escape(head) + r".*?" + re.escape(tail) if has_error else re.escape(c.corrective))
-        if c.answer_now:
-            patterns.append(re.escape(c.answer_now))
-        spans = [m.span() for p in patterns for m in re.finditer(p, text, re.DOTALL)]
+        note = self.config.answer_now
+        spans = super().env_spans(text) + (
+            [m.span() for m in re.finditer(re.escape(note), text)] if note else []
+        )
         return sorted(spans)
 
     def fixed_texts(self) -> list[str]:

@@ -93,6 +93,18 @@ class Trainer:
         self.best: dict[str, Any] | None = None
         """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
+    def training_questions(self, given: Sequence[Example] | None) -> list[Example]:
+        """``given``, else ``train.data.train``, as the method trains on them, their prompts checked
+        against the rollout's limits."""
+        if given is None:
+            if not self.config.data.train:
+                raise RagrlError("train.data.train: no training questions given")
+            given = load_examples(self.config.data.train, "train.data.train")
+        questions = self.method.prepare_examples(given, "train.data.train")
+        m = self.method
+        check_prompts(questions, m.protocol, self.tokenizer, m.rollout, "train.data.train")
+        return questions
+
     def _prepare(self, n_items: int, total_updates: int, lr: float | None = None) -> None:
         """Optimizer, schedule, accelerate's wrapping, the sampler, and the generation backend."""
         optim = self.config.optim if lr is None else dataclasses.replace(self.config.optim, lr=lr)

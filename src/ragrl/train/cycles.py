@@ -37,8 +37,7 @@ from ragrl.errors import RagrlError
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext
-from ragrl.rollout.limits import check_prompts
-from ragrl.train.base import Trainer, load_examples
+from ragrl.train.base import Trainer
 from ragrl.train.dpo import DPOTrainer
 from ragrl.train.reward_model import (
     MultiHeadRewardModel,
@@ -47,6 +46,7 @@ from ragrl.train.reward_model import (
     embed_sequences,
 )
 from ragrl.train.siblings import VisitedState, policy_pairs, reward_model_pairs, sample_siblings
+from ragrl.train.state import read_trainer_state
 
 RM_FILES = {"multi": "reward_model", "single": "reward_model_single"}
 
@@ -79,14 +79,7 @@ class CycleTrainer(DPOTrainer):
             raise RagrlError("train.algo cycles runs on one process (rollouts and pairs are not sharded yet)")
         if method.reward.keys and not method.reward.per_step:
             raise RagrlError(f"train.algo cycles needs a per-step reward; {method.name}'s is per episode")
-        if train_examples is None:
-            if not config.data.train:
-                raise RagrlError("train.data.train: no training questions given")
-            train_examples = load_examples(config.data.train, "train.data.train")
-        self.train_examples = method.prepare_examples(train_examples, "train.data.train")
-        check_prompts(
-            self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train"
-        )
+        self.train_examples = self.training_questions(train_examples)
         self._setup_reference()
         c = config.cycles
         updates = config.steps * math.ceil(
@@ -233,9 +226,7 @@ class CycleTrainer(DPOTrainer):
 
     def load(self, checkpoint: str | Path) -> Path:
         ckpt = super().load(checkpoint)
-        import json
-
-        state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
+        state = read_trainer_state(ckpt)
         self.reward_models = {}
         for which in state.get("reward_models", []):
             folder = ckpt / RM_FILES[which]

@@ -46,10 +46,9 @@ from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
-from ragrl.rollout.limits import check_prompts
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
-from ragrl.train.base import Trainer, load_examples
+from ragrl.train.base import Trainer
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
 
@@ -113,14 +112,7 @@ class GRPOTrainer(Trainer):
     ) -> None:
         check_learnable(method)  # before any model is loaded
         super().__init__(method, config, **kwargs)
-        if train_examples is None:
-            if not config.data.train:
-                raise RagrlError("train.data.train: no training questions given")
-            train_examples = load_examples(config.data.train, "train.data.train")
-        self.train_examples = method.prepare_examples(train_examples, "train.data.train")
-        check_prompts(
-            self.train_examples, method.protocol, self.tokenizer, method.rollout, "train.data.train"
-        )
+        self.train_examples = self.training_questions(train_examples)
         g = config.grpo
         world = self.acc.num_processes
         if g.prompts_per_step % (world * g.minibatches):

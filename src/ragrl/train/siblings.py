@@ -98,32 +98,30 @@ def _policy_at(episode: Trajectory) -> list[int]:
 
 
 def visited_states(
-    episodes: Sequence[Trajectory], examples: Sequence[Example], protocol: Any
+    rollout: Any, episodes: Sequence[Trajectory], examples: Sequence[Example]
 ) -> list[VisitedState]:
-    """One state per step of every episode, holding the step's own action as its first candidate."""
-    states = []
-    for e, (episode, example) in enumerate(zip(episodes, examples, strict=True)):
-        contexts = episode.metadata.get("contexts")
-        policy_at = _policy_at(episode)
-        if contexts is None or len(contexts) != len(policy_at) or len(policy_at) != len(episode.actions):
+    """One state per step of every episode, holding the step's own action as its first candidate; the
+    state's prompt is the step's training sample's (``StepwiseRollout.samples``: the context the policy
+    saw, token for token)."""
+    for episode in episodes:
+        if not rollout.keeps_step_contexts or len(_policy_at(episode)) != len(episode.actions):
             raise RagrlError(
                 f"sibling candidates need a step-wise episode (one action and one recorded context per "
                 f"step); the episode of {episode.example_id!r} is not one"
             )
-        for t, i in enumerate(policy_at):
-            prompt = list(episode.prompt_ids) + [
-                x for j in contexts[t] for x in episode.segments[j].token_ids
-            ]
-            end = policy_at[t + 1] if t + 1 < len(policy_at) else len(episode.segments)
-            action = dataclasses.replace(episode.actions[t])
-            own = _branch(episode, t, episode.segments[:end], action, protocol.is_final(action))
-            seg = episode.segments[i]
-            logprobs = list(seg.logprobs or [0.0] * len(seg.token_ids))
-            state = VisitedState(e, t, example, prompt)
-            state.candidates.append(
-                Candidate(list(seg.token_ids), logprobs, seg.text, action, own, sampled=True)
-            )
-            states.append(state)
+    states = []
+    for sample in rollout.samples(episodes):
+        episode, t = episodes[sample.episode], sample.step
+        policy_at = _policy_at(episode)
+        end = policy_at[t + 1] if t + 1 < len(policy_at) else len(episode.segments)
+        action = dataclasses.replace(episode.actions[t])
+        own = _branch(episode, t, episode.segments[:end], action, rollout.protocol.is_final(action))
+        text = episode.segments[policy_at[t]].text
+        state = VisitedState(sample.episode, t, examples[sample.episode], sample.prompt_ids)
+        state.candidates.append(
+            Candidate(sample.completion_ids, sample.completion_logprobs, text, action, own, sampled=True)
+        )
+        states.append(state)
     return states
 
 
@@ -149,7 +147,12 @@ def sample_siblings(
     if n_candidates < 2:
         raise RagrlError(f"n_candidates must be >= 2 (a pair needs two siblings), got {n_candidates}")
     protocol, rollout = method.protocol, method.rollout
-    states = visited_states(episodes, examples, protocol)
+    engine = method.make_rollout(backend, retriever)
+    if return_mode not in ("prefix", "rollout"):
+        raise RagrlError(f"return_mode is prefix or rollout, got {return_mode!r}")
+    if return_mode == "rollout" and not hasattr(engine, "resume"):
+        raise RagrlError(f"return_mode rollout needs a rollout that resumes episodes (stepwise): {engine!r}")
+    states = visited_states(engine, episodes, examples)
     extra = n_candidates - 1
     prompts = [s.prompt_ids for s in states for _ in range(extra)]
     seeds = tuple(
@@ -192,19 +195,12 @@ def sample_siblings(
             action.retrieved_scores = [float(h.score) for h in hits]
             action.retrieved_titles = [h.passage.title for h in hits]
             candidate.branch.segments.append(_env(protocol.observation(action, hits), tokenizer))
-    if return_mode not in ("prefix", "rollout"):
-        raise RagrlError(f"return_mode is prefix or rollout, got {return_mode!r}")
     completed = None
     if return_mode == "rollout":
         candidates = [c for s in states for c in s.candidates]
         for n, c in enumerate(candidates):
             c.branch.metadata["sample"] = 1 + n  # its own sampling stream
-        rollout = method.make_rollout(backend, retriever)
-        if not hasattr(rollout, "resume"):
-            raise RagrlError(
-                f"return_mode rollout needs a rollout that resumes episodes (stepwise), not {rollout!r}"
-            )
-        completed = rollout.resume(
+        completed = engine.resume(
             [c.branch for c in candidates], [s.example for s in states for _ in s.candidates], seed=seed + 1
         )
     _score(method, states, ctx or RewardContext(), completed)
