@@ -378,40 +378,69 @@ def test_word_vocabulary_knows_every_word_with_and_without_its_leading_space():
 # --- copy pre-training ------------------------------------------------------------------------------
 
 
-def _copy_accuracy(model_dir: Path, span: int = 12, rows: int = 16) -> float:
-    """Greedy accuracy of predicting the repeated half of random word sequences (fresh draws)."""
+def test_induction_sequences_copy_spans_of_the_body():
     import random
 
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
-    skip = set(tok.all_special_ids) | set(tok.get_added_vocab().values())
-    words = sorted(i for t, i in tok.get_vocab().items() if i not in skip and t.strip().isalpha())
-    rng = random.Random(123)
-    seqs = []
-    for _ in range(rows):
-        s = [rng.choice(words) for _ in range(span)]
-        seqs.append([tok.bos_token_id, *s, *s])
-    ids = torch.tensor(seqs)
-    with torch.no_grad():
-        pred = model(input_ids=ids).logits[:, span + 1 : -1].argmax(-1)
-    return float((pred == ids[:, span + 2 :]).float().mean())
+    from ragrl.llm.copy_pretrain import MAX_SPAN, induction_sequence
+
+    rng = random.Random(0)
+    words = list(range(10, 500))
+    for length in (32, 256):
+        for _ in range(50):
+            ids, mask = induction_sequence(words, length, 1, rng)
+            assert len(ids) == len(mask) == length + 1 and ids[0] == 1 and mask[0] == 0
+            first = mask.index(1) - 1  # the copies start one token before the first masked one
+            body = ids[1:first]
+            assert 8 <= len(body) <= length - 2 * MAX_SPAN and not any(mask[: first + 1])
+            # every masked token follows, in the body, the token before it: only copying predicts it
+            for i in range(first, length + 1):
+                if mask[i]:
+                    assert any(body[j] == ids[i - 1] and body[j + 1] == ids[i] for j in range(len(body) - 1))
 
 
-def test_copy_pretraining_teaches_copying_and_is_recorded(data_dir, tmp_path):
+def test_copy_pretraining_is_recorded_and_deterministic(data_dir, tmp_path):
     config = TinyConfig(hidden=64, layers=2, heads=4, intermediate=128)
     plain = create_tiny_policy(data_dir, tmp_path / "plain", seed=0, config=config)
-    copy = CopyPretraining(steps=150, batch_size=16, span=12)
+    copy = CopyPretraining(steps=6, batch_size=4, long_steps=2, long_length=64)
     taught = create_tiny_policy(data_dir, tmp_path / "taught", seed=0, config=config, copy=copy)
-    assert _copy_accuracy(plain) < 0.2
-    assert _copy_accuracy(taught) > 0.9  # on sequences it never saw
     info = read_tiny_info(taught)["copy_pretraining"]
-    assert info["steps"] == 150 and info["copy_accuracy"] > 0.9 and info["copy_loss"] < 0.5
+    # six steps do not grow the circuit: phase 1 runs out and the long phase is skipped
+    assert info["steps"] == 6 and not info["reached_target"] and info["long_steps"] == 0
+    assert {"copy_accuracy@20", "copy_accuracy@80", "copy_accuracy@200", "copy_loss"} <= set(info)
     assert read_tiny_info(plain)["copy_pretraining"] is None
     again = create_tiny_policy(data_dir, tmp_path / "again", seed=0, config=config, copy=copy)
     assert read_tiny_info(again)["weights_sha256"] == read_tiny_info(taught)["weights_sha256"]
+    assert read_tiny_info(again)["weights_sha256"] != read_tiny_info(plain)["weights_sha256"]
+
+
+@pytest.mark.slow
+def test_copy_pretraining_teaches_copying_by_content_at_any_distance(tmp_path):
+    """At the default shape the induction circuit appears and then works at prompt distances. The old
+    fixed-offset task (span 20, source always 20 tokens back) reached 1.0 at distance 20 and 0.03 at 40:
+    a positional shortcut; this one must copy by content."""
+    from ragrl.synth import generate_world
+
+    generate_world(0, "small").write(tmp_path / "world")  # a real vocabulary: ~3,700 words
+    taught = create_tiny_policy(
+        tmp_path / "world", tmp_path / "taught", seed=0, copy=CopyPretraining(steps=1500)
+    )
+    info = read_tiny_info(taught)["copy_pretraining"]
+    assert info["reached_target"] and info["steps"] < 1500  # phase 1 stopped early
+    assert info["long_steps"] == 150
+    for distance in (20, 80, 200):
+        assert info[f"copy_accuracy@{distance}"] > 0.8, info
 
 
 def test_copy_pretraining_settings_are_checked():
-    for bad in ({"steps": -1}, {"batch_size": 0}, {"span": 0}, {"lr": 0.0}):
+    bad_settings = (
+        {"steps": -1},
+        {"long_steps": -1},
+        {"batch_size": 0},
+        {"short_length": 8},
+        {"long_length": 0},
+        {"target_accuracy": 0.0},
+        {"lr": 0.0},
+    )
+    for bad in bad_settings:
         with pytest.raises(RagrlError, match="copy pre-training"):
             CopyPretraining(**bad)
