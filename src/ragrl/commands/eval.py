@@ -30,10 +30,12 @@ def _load_examples(path: Path, n: int | None):
 
 
 def _demonstrator(name: str, data: Path, world: Path | None):
-    from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+    from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator, QuotingOracle
 
     if name == "oracle":
         return OracleDemonstrator()
+    if name == "quote":
+        return QuotingOracle()
     if name == "heuristic":
         world = world or data.parent / "world.json"
         if not world.is_file():
@@ -41,7 +43,7 @@ def _demonstrator(name: str, data: Path, world: Path | None):
                 f"the heuristic demonstrator needs the world's gazetteer: {world} not found (--world)"
             )
         return HeuristicDemonstrator.from_world_json(world)
-    raise RagrlError(f"unknown demonstrator {name!r} (expected oracle or heuristic)")
+    raise RagrlError(f"unknown demonstrator {name!r} (expected oracle, quote or heuristic)")
 
 
 def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], tokenizer: Any, retriever: Any):
@@ -141,10 +143,10 @@ def eval_command(
         Path | None, typer.Option(help="Output directory (default runs/eval-<method>-<time>).")
     ] = None,
     demonstrator: Annotated[
-        Literal["oracle", "heuristic", "single_step"] | None,
+        Literal["oracle", "quote", "heuristic", "single_step"] | None,
         typer.Option(
-            help="Run a scripted policy instead of the model: the synthetic world's oracle or heuristic "
-            "demonstrator, or the method's own (R²AG: oracle, single_step).",
+            help="Run a scripted policy instead of the model: the synthetic world's oracle, quoting oracle "
+            "or heuristic demonstrator, or the method's own (R²AG: oracle, single_step).",
         ),
     ] = None,
     world: Annotated[

@@ -147,7 +147,9 @@ def sft(
         str,
         typer.Option(
             help="Demonstrations: a trajectory jsonl file, 'oracle' (the method's own oracle, else the "
-            "world's search oracle) or 'heuristic' (the world's)."
+            "world's search oracle), 'quote' (the world's quoting oracle: entity queries, quoted evidence) "
+            "or "
+            "'heuristic' (the world's)."
         ),
     ],
     world: Annotated[
@@ -166,13 +168,17 @@ def sft(
     method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
     retriever = load_index(cfg)
-    if demos in ("oracle", "heuristic"):
-        from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator
+    if demos in ("oracle", "quote", "heuristic"):
+        from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator, QuotingOracle
 
         if not cfg.data.train:
-            raise RagrlError("--demos oracle|heuristic plays the demonstrator on train.data.train: set it")
+            raise RagrlError(
+                "--demos oracle|quote|heuristic plays the demonstrator on train.data.train: set it"
+            )
         if demos == "oracle":
             demonstrator = method.oracle or OracleDemonstrator()
+        elif demos == "quote":
+            demonstrator = QuotingOracle()
         else:
             path = world or Path(cfg.data.train).parent / "world.json"
             if not path.is_file():
@@ -280,7 +286,11 @@ def demo(
         ),
     ] = DEFAULT_SPLIT_MODE,
     copy_steps: Annotated[
-        int, typer.Option(help="Copy pre-training steps of the tiny policy.")
+        int,
+        typer.Option(
+            help="At most this many short-sequence copy pre-training steps of the tiny policy "
+            "(it stops early once it copies; then the long-sequence steps run)."
+        ),
     ] = DEFAULT_COPY_STEPS,
     set_: SetOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing run folder.")] = False,

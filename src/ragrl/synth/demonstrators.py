@@ -13,6 +13,9 @@ retrieved): a demonstrator reads those, never the text of an observation.
 * ``OracleDemonstrator`` follows the gold decomposition (one search per hop, with the gold
   intermediate answers substituted), then answers the gold answer, or ``unknown`` for an
   unanswerable question.
+* ``QuotingOracle`` searches the entity each hop is about (the supporting passages' titles, in chain
+  order) and, after each search, quotes the sentence of the retrieved passage that names what it
+  needs next: reading is copying a sentence, then a name out of it (the tiny policy's demo teacher).
 * ``HeuristicDemonstrator`` searches the question verbatim once, then reads an answer off the
   retrieved passages with a simple rule (a name gazetteer of the world stands in for an entity
   tagger); it never looks at gold fields.
@@ -57,6 +60,7 @@ def demonstrator_texts() -> list[str]:
         "To answer this I first need: I found it. Next I need: So the answer is",
         "The documents do not contain the fact I need.",
         "I know it.",
+        "I found nothing about it",
         "Let me search for the question.",
         "I will answer from the retrieved documents.",
         *(phrase.format(found="", need="", answer="") for phrase in EvaluationPhrases.all()),
@@ -94,6 +98,60 @@ class OracleDemonstrator:
             return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
         thought = f"I found {summary}. So the answer is {example.answers[0]}." if queries else "I know it."
         return answer_turn(thought, example.answers[0])
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+class QuotingOracle:
+    """Searches the entity each hop is about (the supporting passages' titles in chain order: the query
+    a name copied from the question or from the last quote) and, after each search, quotes the evidence
+    sentence before acting on it::
+
+        <think> I need Mertaem Breke </think>
+        <search> Mertaem Breke </search>
+        <think> Mertaem Breke is a musician who was born in Zurraes in 1965 </think>
+        <search> Zurraes </search>
+        <think> Zurraes is a city in Boreora with a population of about 573,000 </think>
+        <answer> Boreora </answer>
+
+    The quote is the first sentence of the passages this search retrieved (the hop's own passage first)
+    that contains the next hop's entity, or the answer at the last hop; failing that, a sentence with a
+    year (what comparisons compare), else the first sentence of the top passage. Only retrieved text is
+    quoted: the teacher never states a fact the policy could not see. Unanswerable questions are
+    answered ``unknown`` after the searches. Uses gold fields: an upper bound and a source of SFT
+    traces, like ``OracleDemonstrator``, whose sub-question queries retrieve their fact far less often
+    under BM25 (docs/training.md)."""
+
+    name = "quote"
+
+    def next_turn(self, example: Example, history: list[Turn]) -> str:
+        titles = supporting_titles(example)
+        t = len(history)
+        if t < len(titles):
+            thought = f"I need {titles[0]}" if t == 0 else self.quote(example, titles, history)
+            return search_turn(thought, titles[t])
+        if example.metadata.get("answerable", True) is False or not titles:
+            return answer_turn("I found nothing about it", UNANSWERABLE_ANSWER)
+        return answer_turn(self.quote(example, titles, history), example.answers[0])
+
+    @staticmethod
+    def quote(example: Example, titles: list[str], history: list[Turn]) -> str:
+        """The evidence sentence after the last search (class docstring)."""
+        t = len(history)
+        need = titles[t] if t < len(titles) else example.answers[0]
+        hop = titles[t - 1]
+        passages = sorted(history[-1].passages, key=lambda p: p.title != hop)  # the hop's passage first
+        sentences = [
+            s.strip().rstrip(".") for p in passages for s in _SENTENCE_END.split(p.text) if s.strip()
+        ]
+        if not sentences:
+            return "I found nothing"
+        for test in (lambda s: need in s, lambda s: _YEAR_RE.search(s) is not None):
+            found = next((s for s in sentences if test(s)), None)
+            if found:
+                return found
+        return sentences[0]
 
 
 def _search_plan(example: Example) -> tuple[list[str], list[str], str]:
