@@ -14,7 +14,7 @@ questions, the unanswerable ones, are dropped), one tiny policy with the demo's 
 
 The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged over the seeds.
 
-    python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--copy-steps 200]
+    python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--copy-steps 1500]
         [--workdir DIR]
 """
 

@@ -48,6 +48,7 @@ from ragrl.retrieval.base import load_retriever  # noqa: E402
 from ragrl.synth.demonstrators import OracleDemonstrator  # noqa: E402
 from ragrl.synth.questions import UNANSWERABLE_ANSWER  # noqa: E402
 from ragrl.train.base import collapse_check  # noqa: E402
+from ragrl.train.demo import DEFAULT_COPY_STEPS  # noqa: E402
 from ragrl.train.setup import load_policy, make_accelerator  # noqa: E402
 from ragrl.train.sft import SFTTrainer, demonstration_trajectories  # noqa: E402
 from ragrl.train.stages import run_stages  # noqa: E402
@@ -220,7 +221,7 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=200)
     ap.add_argument("--steps", type=int, default=40, help="Search-R1's GRPO steps")
     ap.add_argument("--cycles", type=int, default=6, help="EVO-RAG's cycles per curriculum stage (at most)")
-    ap.add_argument("--copy-steps", type=int, default=200)
+    ap.add_argument("--copy-steps", type=int, default=DEFAULT_COPY_STEPS)
     ap.add_argument("--ablation", action="store_true", help="also two_stage_fixed")
     ap.add_argument(
         "--arm",

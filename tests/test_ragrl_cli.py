@@ -29,7 +29,7 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
 def test_help_shows_no_type_on_flags_and_lists_choices():
     help_text = _ragrl("eval", "--help").stdout
     assert "<bool>" not in help_text and "--closed-book  " in help_text  # a flag takes no value
-    assert "<oracle|heuristic|single_step>" in help_text and "<transformers|vllm>" in help_text
+    assert "<oracle|quote|heuristic|single_step>" in help_text and "<transformers|vllm>" in help_text
     assert "search_r1-tiny" in help_text and "--set KEY=VALUE" in help_text
     train_help = _ragrl("train", "--help").stdout
     for key in ("search_r1-tiny", "train.model.path", "train.data.train", "train.data.index", "rollout.n"):

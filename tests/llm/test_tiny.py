@@ -404,13 +404,23 @@ def test_copy_pretraining_is_recorded_and_deterministic(data_dir, tmp_path):
     copy = CopyPretraining(steps=6, batch_size=4, long_steps=2, long_length=64)
     taught = create_tiny_policy(data_dir, tmp_path / "taught", seed=0, config=config, copy=copy)
     info = read_tiny_info(taught)["copy_pretraining"]
-    # six steps do not grow the circuit: phase 1 runs out and the long phase is skipped
+    # the target (0.95 over the last 10 steps) cannot be reached in 6 steps: no long phase
     assert info["steps"] == 6 and not info["reached_target"] and info["long_steps"] == 0
     assert {"copy_accuracy@20", "copy_accuracy@80", "copy_accuracy@200", "copy_loss"} <= set(info)
     assert read_tiny_info(plain)["copy_pretraining"] is None
     again = create_tiny_policy(data_dir, tmp_path / "again", seed=0, config=config, copy=copy)
     assert read_tiny_info(again)["weights_sha256"] == read_tiny_info(taught)["weights_sha256"]
     assert read_tiny_info(again)["weights_sha256"] != read_tiny_info(plain)["weights_sha256"]
+
+
+def test_copy_pretraining_runs_the_long_phase_once_the_target_is_reached(data_dir, tmp_path):
+    config = TinyConfig(hidden=64, layers=2, heads=4, intermediate=128)
+    copy = CopyPretraining(
+        steps=50, batch_size=4, window=3, target_accuracy=0.0, long_steps=2, long_length=64
+    )
+    info = read_tiny_info(create_tiny_policy(data_dir, tmp_path / "m", seed=0, config=config, copy=copy))
+    assert info["copy_pretraining"]["steps"] == 3 and info["copy_pretraining"]["reached_target"]
+    assert info["copy_pretraining"]["long_steps"] == 2
 
 
 @pytest.mark.slow
@@ -438,7 +448,9 @@ def test_copy_pretraining_settings_are_checked():
         {"batch_size": 0},
         {"short_length": 8},
         {"long_length": 0},
-        {"target_accuracy": 0.0},
+        {"target_accuracy": -0.1},
+        {"target_accuracy": 1.5},
+        {"window": 0},
         {"lr": 0.0},
     )
     for bad in bad_settings:

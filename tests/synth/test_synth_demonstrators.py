@@ -119,6 +119,15 @@ def test_oracle_and_heuristic_em_on_the_small_test_split(setup, play):
     assert heuristic_em <= sum(oracle_em) / len(test) - 0.4
 
 
+def test_quoting_oracle_needs_supporting_titles_for_an_answerable_question(setup):
+    from ragrl.errors import RagrlError
+
+    world, _ = setup
+    ex = dataclasses.replace(world.splits["test"][0], supporting_ids=[], passages=[])
+    with pytest.raises(RagrlError, match="synth0-test-00000: the quoting oracle needs the titles"):
+        QuotingOracle().next_turn(ex, [])
+
+
 def test_quoting_oracle_worked_example(setup, play):
     world, _ = setup
     ex = world.splits["test"][0]
@@ -141,23 +150,25 @@ def test_quoting_oracle_quotes_only_what_it_retrieved(setup, play):
     assert sum(em) / len(test) >= 0.95  # measured 1.00 on seed 0
     quotes = copied = 0
     for t, ex in zip(played, test, strict=True):
+        if not supporting_titles(ex):  # unanswerable, every supporting passage removed: look once, refuse
+            assert t.queries == [ex.question] and t.final_answer == UNANSWERABLE_ANSWER
+            continue
         assert t.queries == supporting_titles(ex)  # one search per hop, for the entity the hop is about
         searches = [a for a in t.actions if a.kind == "search"]
-        if not searches:  # an unanswerable question whose every supporting passage was removed
-            assert t.final_answer == UNANSWERABLE_ANSWER
-            continue
         thoughts = re.findall(r"<think> (.*?) </think>", t.policy_text)[1:]  # after each search
         for search, thought, after in zip(searches, thoughts, [*t.queries[1:], t.final_answer], strict=True):
             if thought == "I found nothing about it":
                 continue
             retrieved = " ".join(p.text for p in world.corpus if p.id in search.retrieved_ids)
             assert thought in retrieved  # a sentence the search found, never a gold passage it missed
+            if after in ("yes", "no"):
+                continue
             quotes += 1
-            copied += after in thought
-    # reading is copying: the next query or the answer is in the quote (measured: 160 of 204 quotes on
-    # seed 0; most of the rest belong to comparisons, whose quotes give a year and whose answer is a
-    # choice or yes/no)
-    assert copied / quotes >= 0.75
+            copied += re.search(rf"(?<!\w){re.escape(after)}(?!\w)", thought) is not None
+    # reading is copying: the next query or the answer is in the quote (measured: 158 of 193
+    # quotes on seed 0, yes/no answers left out; most of the rest belong to comparisons, whose quotes
+    # give a year)
+    assert copied / quotes >= 0.75, (copied, quotes)
 
 
 def test_heuristic_never_reads_gold(setup, play):

@@ -108,6 +108,21 @@ def test_sft_on_oracle_demonstrations(world_dir, tmp_path):
     assert all(r["loss"] > 0 and r["tokens"] > 0 for r in rows if r["kind"] == "sft")
 
 
+def test_sft_on_quoting_oracle_demonstrations_and_its_guard(world_dir, tmp_path):
+    paths = (
+        f"train.model.path={world_dir / 'model'}", f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}", *TINY,
+    )  # fmt: skip
+    args = ["sft", "search_r1-tiny", "--demos", "quote", "--out", str(tmp_path / "sft"), *sets(*paths)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert summary_of(result.stdout)["steps"] == 2
+    # a method with its own grammar and oracle refuses the Search-R1 quoting oracle
+    args = ["sft", "eval_rar-tiny", "--demos", "quote", "--out", str(tmp_path / "e"), *sets(*paths)]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0 and "has its own grammar" in str(result.exception)
+
+
 def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     out = tmp_path / "demo"
     args = ["demo", "--out", str(out), "--copy-steps", "3", *sets(*TINY, "train.steps=1")]

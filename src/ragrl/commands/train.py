@@ -178,6 +178,11 @@ def sft(
         if demos == "oracle":
             demonstrator = method.oracle or OracleDemonstrator()
         elif demos == "quote":
+            if method.oracle is not None:
+                raise RagrlError(
+                    f"--demos quote writes Search-R1 turns; {method.name} has its own grammar and oracle "
+                    "(--demos oracle)"
+                )
             demonstrator = QuotingOracle()
         else:
             path = world or Path(cfg.data.train).parent / "world.json"

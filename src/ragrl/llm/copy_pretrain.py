@@ -50,14 +50,16 @@ class CopyPretraining:
     long_steps: int = 150
     """Phase-2 steps (batch ``batch_size // 2``), run when phase 1 reached ``target_accuracy``."""
     target_accuracy: float = 0.95
-    """Phase 1 ends when the copy accuracy of the last 10 steps reaches this."""
+    """Phase 1 ends when the mean copy accuracy of the last ``window`` steps reaches this (0: after
+    ``window`` steps)."""
+    window: int = 10
     lr: float = 1e-3
 
     def __post_init__(self) -> None:
         for name in ("steps", "long_steps"):
             if getattr(self, name) < 0:
                 raise RagrlError(f"copy pre-training {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("batch_size", "short_length", "long_length"):
+        for name in ("batch_size", "short_length", "long_length", "window"):
             if getattr(self, name) < 1:
                 raise RagrlError(f"copy pre-training {name} must be >= 1, got {getattr(self, name)}")
         for name in ("short_length", "long_length"):
@@ -111,7 +113,7 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     phase, the last copy loss and accuracy, held-out copy accuracy at distances 20 / 80 / 200, seconds)."""
     import torch
 
-    from ragrl.console import progress_bar
+    from ragrl.console import console, progress_bar
 
     skip = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
     words = sorted(i for t, i in tokenizer.get_vocab().items() if i not in skip and t.strip().isalpha())
@@ -132,7 +134,7 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     model.train()
     started = time.perf_counter()
     loss_value, accuracy = float("nan"), 0.0
-    recent: deque[float] = deque(maxlen=10)
+    recent: deque[float] = deque(maxlen=config.window)
 
     def step(length: int, batch_size: int) -> None:
         nonlocal loss_value, accuracy
@@ -166,6 +168,13 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
             step(config.long_length, max(1, config.batch_size // 2))
             bar.update(task, advance=1, description=f"COPY (long) loss {loss_value:.3f} acc {accuracy:.2f}")
     model.eval()
+    if config.steps and not reached:
+        console.print(
+            f"[yellow]copy pre-training: accuracy {sum(recent) / max(len(recent), 1):.2f} after "
+            f"{short_steps} steps "
+            f"did not reach {config.target_accuracy}: no induction circuit yet, long phase skipped "
+            "(allow more steps)[/yellow]"
+        )
     held_out = {
         f"copy_accuracy@{d}": round(copy_accuracy(model, words, bos, distance=d), 4) for d in (20, 80, 200)
     }

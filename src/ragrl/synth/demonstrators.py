@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ragrl.data.io import read_text
 from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
 from ragrl.rollout.scripted import Turn
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
 
@@ -105,40 +106,50 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 class QuotingOracle:
     """Searches the entity each hop is about (the supporting passages' titles in chain order: the query
-    a name copied from the question or from the last quote) and, after each search, quotes the evidence
-    sentence before acting on it::
+        a name copied from the question or from the last quote) and, after each search, quotes the evidence
+        sentence before acting on it::
 
-        <think> I need Mertaem Breke </think>
-        <search> Mertaem Breke </search>
-        <think> Mertaem Breke is a musician who was born in Zurraes in 1965 </think>
-        <search> Zurraes </search>
-        <think> Zurraes is a city in Boreora with a population of about 573,000 </think>
-        <answer> Boreora </answer>
+            <think> I need Mertaem Breke </think>
+            <search> Mertaem Breke </search>
+            <think> Mertaem Breke is a musician who was born in Zurraes in 1965 </think>
+            <search> Zurraes </search>
+            <think> Zurraes is a city in Boreora with a population of about 573,000 </think>
+            <answer> Boreora </answer>
 
-    The quote is the first sentence of the passages this search retrieved (the hop's own passage first)
-    that contains the next hop's entity, or the answer at the last hop; failing that, a sentence with a
-    year (what comparisons compare), else the first sentence of the top passage. Only retrieved text is
-    quoted: the teacher never states a fact the policy could not see. Unanswerable questions are
-    answered ``unknown`` after the searches. Uses gold fields: an upper bound and a source of SFT
-    traces, like ``OracleDemonstrator``, whose sub-question queries retrieve their fact far less often
+        The quote is the first sentence of the passages this search retrieved (the hop's own passage
+        first) that names the next hop's entity, or the answer at the last hop (as a whole word); failing
+        that, a sentence with a year (what comparisons compare), else the first sentence of the top
+        passage. Only retrieved text is quoted: the teacher never states a fact the policy could not see.
+        Unanswerable questions are answered ``unknown`` after the searches (one search for the question
+        when every supporting passage was removed); an answerable question without supporting titles is
+        an error. Uses gold fields: an upper bound and a source of SFT traces, like
+        ``OracleDemonstrator``, whose sub-question queries retrieve their fact far less often
     under BM25 (docs/training.md)."""
 
     name = "quote"
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         titles = supporting_titles(example)
+        answerable = example.metadata.get("answerable", True) is not False
+        if not titles:
+            if answerable:
+                raise RagrlError(
+                    f"question {example.id}: the quoting oracle needs the titles of its supporting passages "
+                    "(supporting_ids and passages); use the oracle demonstrator for questions without them"
+                )
+            titles = [example.question]  # every supporting passage removed: look once, then refuse
         t = len(history)
         if t < len(titles):
             thought = f"I need {titles[0]}" if t == 0 else self.quote(example, titles, history)
             return search_turn(thought, titles[t])
-        if example.metadata.get("answerable", True) is False or not titles:
+        if not answerable:
             return answer_turn("I found nothing about it", UNANSWERABLE_ANSWER)
         return answer_turn(self.quote(example, titles, history), example.answers[0])
 
     @staticmethod
     def quote(example: Example, titles: list[str], history: list[Turn]) -> str:
         """The evidence sentence after the last search (class docstring)."""
-        t = len(history)
+        t = min(len(history), len(titles))
         need = titles[t] if t < len(titles) else example.answers[0]
         hop = titles[t - 1]
         passages = sorted(history[-1].passages, key=lambda p: p.title != hop)  # the hop's passage first
@@ -147,7 +158,8 @@ class QuotingOracle:
         ]
         if not sentences:
             return "I found nothing"
-        for test in (lambda s: need in s, lambda s: _YEAR_RE.search(s) is not None):
+        names_need = re.compile(rf"(?<!\w){re.escape(need)}(?!\w)")  # "no" is not in "novelist"
+        for test in (names_need.search, _YEAR_RE.search):
             found = next((s for s in sentences if test(s)), None)
             if found:
                 return found
