@@ -65,9 +65,9 @@ class CopyPretraining:
         for name in ("short_length", "long_length"):
             if (value := getattr(self, name)) < (least := 2 * MAX_SPAN + 8):
                 raise RagrlError(f"copy pre-training {name} must be >= {least} tokens, got {value}")
-        if not 0 < self.target_accuracy <= 1:
+        if not 0 <= self.target_accuracy <= 1:
             raise RagrlError(
-                f"copy pre-training target_accuracy must be in (0, 1], got {self.target_accuracy}"
+                f"copy pre-training target_accuracy must be in [0, 1], got {self.target_accuracy}"
             )
         if not self.lr > 0:
             raise RagrlError(f"copy pre-training lr must be > 0, got {self.lr}")
