@@ -148,8 +148,7 @@ def sft(
         typer.Option(
             help="Demonstrations: a trajectory jsonl file, 'oracle' (the method's own oracle, else the "
             "world's search oracle), 'quote' (the world's quoting oracle: entity queries, quoted evidence) "
-            "or "
-            "'heuristic' (the world's)."
+            "or 'heuristic' (the world's)."
         ),
     ],
     world: Annotated[

@@ -106,25 +106,25 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 class QuotingOracle:
     """Searches the entity each hop is about (the supporting passages' titles in chain order: the query
-        a name copied from the question or from the last quote) and, after each search, quotes the evidence
-        sentence before acting on it::
+    is a name copied from the question or from the last quote) and, after each search, quotes the
+    evidence sentence before acting on it::
 
-            <think> I need Mertaem Breke </think>
-            <search> Mertaem Breke </search>
-            <think> Mertaem Breke is a musician who was born in Zurraes in 1965 </think>
-            <search> Zurraes </search>
-            <think> Zurraes is a city in Boreora with a population of about 573,000 </think>
-            <answer> Boreora </answer>
+        <think> I need Mertaem Breke </think>
+        <search> Mertaem Breke </search>
+        <think> Mertaem Breke is a musician who was born in Zurraes in 1965 </think>
+        <search> Zurraes </search>
+        <think> Zurraes is a city in Boreora with a population of about 573,000 </think>
+        <answer> Boreora </answer>
 
-        The quote is the first sentence of the passages this search retrieved (the hop's own passage
-        first) that names the next hop's entity, or the answer at the last hop (as a whole word); failing
-        that, a sentence with a year (what comparisons compare), else the first sentence of the top
-        passage. Only retrieved text is quoted: the teacher never states a fact the policy could not see.
-        Unanswerable questions are answered ``unknown`` after the searches (one search for the question
-        when every supporting passage was removed); an answerable question without supporting titles is
-        an error. Uses gold fields: an upper bound and a source of SFT traces, like
-        ``OracleDemonstrator``, whose sub-question queries retrieve their fact far less often
-    under BM25 (docs/training.md)."""
+    The quote is the first sentence of the passages this search retrieved (the hop's own passage
+    first) that names the next hop's entity, or the answer at the last hop (as a whole word); failing
+    that, a sentence with a year (what comparisons compare), else the first sentence of the top
+    passage. Only retrieved text is quoted: the teacher never states a fact the policy could not see.
+    Unanswerable questions are answered ``unknown`` after the searches (one search for the question
+    when every supporting passage was removed); an answerable question without supporting titles is
+    an error. Uses gold fields: an upper bound and a source of SFT traces, like
+    ``OracleDemonstrator``, whose sub-question queries retrieve their fact far less often under BM25
+    (docs/training.md)."""
 
     name = "quote"
 
