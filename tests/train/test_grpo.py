@@ -461,3 +461,26 @@ def test_patience_needs_a_best_metric(world_dir, tmp_path):
 
     with pytest.raises(RagrlError, match="train.patience must be >= 0 and needs train.best_metric"):
         small_method(world_dir, tmp_path / "run", "train.patience=2")
+
+
+def test_train_answerable_only_leaves_the_unanswerable_questions_out_and_says_so(world_dir, tmp_path, capsys):
+    from ragrl.data.io import read_examples
+    from ragrl.errors import RagrlError
+
+    questions, _ = read_examples(world_dir / "train.jsonl")
+    unanswerable = {e.id for e in questions if not e.answerable}
+    assert 0 < len(unanswerable) < len(questions)  # the test world has both kinds
+    method = small_method(world_dir, tmp_path / "a", "train.data.train_answerable_only=true")
+    trainer = GRPOTrainer(method, method.train, eval_examples=questions)
+    kept = {e.id for e in trainer.train_examples}
+    assert kept == {e.id for e in questions} - unanswerable
+    assert len(trainer.eval_examples) == len(questions)  # the evaluation keeps every question
+    out = capsys.readouterr().err  # the console writes to stderr
+    assert f"training on {len(kept)} of {len(questions)} questions ({len(unanswerable)} marked" in out
+    # the default trains on all of them
+    method = small_method(world_dir, tmp_path / "b")
+    assert len(GRPOTrainer(method, method.train, eval_examples=[]).train_examples) == len(questions)
+    only_unanswerable = [e for e in questions if not e.answerable]
+    method = small_method(world_dir, tmp_path / "c", "train.data.train_answerable_only=true")
+    with pytest.raises(RagrlError, match=f"all {len(only_unanswerable)} training questions are marked"):
+        GRPOTrainer(method, method.train, train_examples=only_unanswerable, eval_examples=[])

@@ -97,6 +97,12 @@ class Example:
     decomposition: list[SubQuestion] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def answerable(self) -> bool:
+        """False only for a question marked ``metadata.answerable: false`` (one without the flag is
+        answerable: most datasets have none)."""
+        return self.metadata.get("answerable", True) is not False
+
     def to_record(self) -> dict[str, Any]:
         """The canonical (FlashRAG-style) question record."""
         metadata = dict(self.metadata)

@@ -346,7 +346,7 @@ class EvalRarOracle:
             seen = p.not_found
         if hop < len(steps):
             return f"{seen} {p.missing.format(need=steps[hop].question)}"
-        if example.metadata.get("answerable", True) is False:
+        if not example.answerable:
             return f"{seen} {p.unanswerable}"
         return f"{seen} {p.answerable.format(answer=example.answers[0])}"
 

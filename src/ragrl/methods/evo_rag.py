@@ -312,7 +312,7 @@ class EvoRagOracle:
 
     def next_turn(self, example: Example, history: list[Any]) -> str:
         text = self.inner.next_turn(example, history)
-        if example.metadata.get("answerable", True) is False and "<answer>" in text:
+        if not example.answerable and "<answer>" in text:
             thought = text[: text.index("<answer>")].rstrip()
             return f"{thought}\n{MARKERS['refuse']}"
         return text
@@ -337,7 +337,7 @@ def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
         "invalid_steps": float(sum(a.kind == "invalid" for a in actions)),
         "refused": float(bool(actions) and actions[-1].kind == "refuse"),
         "truncated": float(trajectory.truncated or bool(trajectory.metadata.get("forced_answer"))),
-        "answerable": float(example.metadata.get("answerable", True) is not False),
+        "answerable": float(example.answerable),
     }
     if dups:
         out["duplicate_rate"] = sum(c > 0.8 for c in dups) / len(dups)

@@ -72,7 +72,7 @@ def with_gold_in_corpus(examples: list[Example], where: str) -> list[Example]:
     are not marked unanswerable. The synthetic world marks the questions whose evidence it removed from
     the corpus (``metadata.answerable: false``); they have no complete tree, so they are left out, and
     the count is reported. The index itself is not consulted: gold missing from it lowers recall."""
-    kept = [e for e in examples if e.supporting_ids and e.metadata.get("answerable", True) is not False]
+    kept = [e for e in examples if e.supporting_ids and e.answerable]
     if len(kept) < len(examples):
         console.print(
             f"{where}: R²AG leaves out {len(examples) - len(kept)} of {len(examples)} questions without gold "

@@ -45,7 +45,7 @@ def shots_from_trajectories(
         example = examples.get(t.example_id)
         if example is None or t.finish_reason != "answer" or t.num_invalid > 0:
             continue
-        if example.metadata.get("answerable", True) is False or (must_search and t.num_searches == 0):
+        if not example.answerable or (must_search and t.num_searches == 0):
             continue
         reply = (prefill + t.completion_text).rstrip()
         if eos and reply.endswith(eos):

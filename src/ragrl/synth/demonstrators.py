@@ -95,7 +95,7 @@ class OracleDemonstrator:
             else:
                 thought = f"I found {found[t - 1]}. Next I need: {queries[t]}"
             return search_turn(thought, queries[t])
-        if example.metadata.get("answerable", True) is False:
+        if not example.answerable:
             return answer_turn("The documents do not contain the fact I need.", UNANSWERABLE_ANSWER)
         thought = f"I found {summary}. So the answer is {example.answers[0]}." if queries else "I know it."
         return answer_turn(thought, example.answers[0])
@@ -130,7 +130,7 @@ class QuotingOracle:
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         titles = supporting_titles(example)
-        answerable = example.metadata.get("answerable", True) is not False
+        answerable = example.answerable
         if not titles:
             if answerable:
                 raise RagrlError(

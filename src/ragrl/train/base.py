@@ -94,12 +94,26 @@ class Trainer:
         """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
     def training_questions(self, given: Sequence[Example] | None) -> list[Example]:
-        """``given``, else ``train.data.train``, as the method trains on them, their prompts checked
+        """``given``, else ``train.data.train`` (the answerable ones with
+        ``train.data.train_answerable_only``), as the method trains on them, their prompts checked
         against the rollout's limits."""
         if given is None:
             if not self.config.data.train:
                 raise RagrlError("train.data.train: no training questions given")
             given = load_examples(self.config.data.train, "train.data.train")
+        if self.config.data.train_answerable_only:
+            answerable = [e for e in given if e.answerable]
+            if not answerable:
+                raise RagrlError(
+                    f"train.data.train_answerable_only: all {len(given)} training questions are marked "
+                    "unanswerable (metadata.answerable: false)"
+                )
+            if len(answerable) < len(given):
+                console.print(
+                    f"train.data.train_answerable_only: training on {len(answerable)} of {len(given)} "
+                    f"questions ({len(given) - len(answerable)} marked unanswerable left out)"
+                )
+            given = answerable
         questions = self.method.prepare_examples(given, "train.data.train")
         m = self.method
         check_prompts(questions, m.protocol, self.tokenizer, m.rollout, "train.data.train")
@@ -364,7 +378,7 @@ NO_ANSWER = "(no answer)"
 def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
     """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
     (``metadata.answerable`` not false) and the most common prediction with its share of the rows."""
-    answerable = {ex.id for ex in examples if ex.metadata.get("answerable", True) is not False}
+    answerable = {ex.id for ex in examples if ex.answerable}
     ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
     predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
     top, count = predictions.most_common(1)[0] if predictions else ("", 0)

@@ -49,6 +49,9 @@ DEMO_SETTINGS = (
     "rollout.temperature=1.0",
     "train.optim.lr=1e-4",
     "train.steps=50",
+    # GRPO on the answerable questions only: with them, the reward of `unknown` on the unanswerable ones
+    # pulled the policy towards refusing (its share rose from 14% to 23% on seed 1, answerable EM fell)
+    "train.data.train_answerable_only=true",
 )
 
 
