@@ -10,7 +10,8 @@
    are copied and never memorised): the policy learns the protocol and to read, but answers only some
    held-out questions right (a fully trained imitation would leave nothing for RL to show);
 4. train it with GRPO and the Search-R1 method (``methods/configs/search_r1-tiny.yaml`` with the
-   demo's settings, ``DEMO_SETTINGS``: the one-line prompt, T = 1 rollouts, a lower rate);
+   demo's settings, ``DEMO_SETTINGS``: the one-line prompt, T = 1 rollouts, a lower rate, the
+   answerable training questions only);
 5. evaluate on the held-out test questions: the heuristic demonstrator, the warm start, the final
    policy, and the final policy closed-book (every search finds nothing: what it knows without
    reading). Write the run folder: the resolved ``config.yaml``, ``metrics.jsonl``, ``samples.jsonl``,
