@@ -70,7 +70,7 @@ def measure(backend: Any, retriever: Any, method: Any, examples: list) -> dict[s
     report = evaluate(backend, retriever, method, examples)
     trajectories = report.trajectories
     cosines = [c for row in max_cosines(trajectories) for c in row if c is not None]
-    answerable = [ex.metadata.get("answerable", True) is not False for ex in examples]
+    answerable = [ex.answerable for ex in examples]
 
     def refused(t: Any) -> bool:
         last = t.actions[-1].kind if t.actions else ""

@@ -69,6 +69,16 @@ def test_errors_name_file_line_and_field(tmp_path):
     with pytest.raises(DataError, match="golden_answers"):
         read_examples(path)
 
+    # the answerable flag decides what trains (train.data.train_answerable_only): a string is an error
+    flagged = {"id": "4", "question": "q", "golden_answers": ["unknown"], "metadata": {"answerable": "false"}}
+    _write(path, [good, json.dumps(flagged)])
+    with pytest.raises(DataError) as e:
+        read_examples(path)
+    assert str(e.value) == f"{path}:2: field 'metadata.answerable': must be true or false"
+    flagged["metadata"]["answerable"] = False
+    _write(path, [good, json.dumps(flagged)])
+    assert [ex.answerable for ex in read_examples(path)[0]] == [True, False]
+
 
 def test_skip_invalid_reports_every_skipped_line(tmp_path):
     path = tmp_path / "mixed.jsonl"

@@ -74,7 +74,7 @@ def test_load_state_dict_rejects_other_data_or_seed(n: int, seed: int) -> None:
     saved = PromptSampler(11, seed=42)
     saved.take(5)
     s = PromptSampler(n, seed=seed)
-    with pytest.raises(RagrlError, match="same data and seed"):
+    with pytest.raises(RagrlError, match="same data, seed and train.data.train_answerable_only"):
         s.load_state_dict(saved.state_dict())
     assert s.state_dict()["epoch"] == 0 and s.state_dict()["position"] == 0  # untouched
 

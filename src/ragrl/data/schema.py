@@ -146,6 +146,8 @@ class Example:
         if not isinstance(metadata, dict):
             raise fail("must be an object", "metadata")
         metadata = dict(metadata)
+        if not isinstance(metadata.get("answerable", True), bool):
+            raise fail("must be true or false", "metadata.answerable")
 
         supporting_ids = metadata.pop("supporting_ids", [])
         if not isinstance(supporting_ids, list) or not all(isinstance(s, str) for s in supporting_ids):

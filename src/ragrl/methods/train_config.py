@@ -53,9 +53,10 @@ class DataConfig:
     eval_limit: int | None = None
     """Evaluate on the first N held-out questions only."""
     train_answerable_only: bool = False
-    """Train on the answerable questions only (``Example.answerable``: not marked
-    ``metadata.answerable: false``); the held-out evaluation keeps every question. Where a refusal
-    earns the full reward, it can be a cheaper attractor than answering (docs/training.md)."""
+    """GRPO and preference-cycle runs train on the answerable questions only (``Example.answerable``:
+    not marked ``metadata.answerable: false``); SFT demonstrations and the held-out evaluation keep
+    every question. Where a refusal earns the full reward, it can be a cheaper attractor than answering
+    (docs/training.md)."""
 
 
 @dataclass

@@ -44,7 +44,7 @@ def fairness_report(train: list[Example], test: list[Example], variant: str = "s
 
     overlap = overlap_open = n_open = 0
     tmpl_em = glob_em = tmpl_em_answerable = 0.0
-    n_answerable = sum(ex.metadata.get("answerable", True) is not False for ex in test)
+    n_answerable = sum(ex.answerable for ex in test)
     yes_no = [ex for ex in test if ex.answers[0] in ("yes", "no")]
     for ex in test:
         hit = any(normalize(a, variant) in train_norm for a in ex.answers)
@@ -56,7 +56,7 @@ def fairness_report(train: list[Example], test: list[Example], variant: str = "s
         guess = _most_common(counter) if counter else global_answer
         em = exact_match(guess, ex.answers, variant)
         tmpl_em += em
-        if ex.metadata.get("answerable", True) is not False:
+        if ex.answerable:
             tmpl_em_answerable += em
         glob_em += exact_match(global_answer, ex.answers, variant)
     n = max(len(test), 1)
@@ -141,7 +141,7 @@ def split_stats(examples: list[Example]) -> dict[str, Any]:
             yes_no[ex.metadata["template"]][ex.answers[0]] += 1
     out["yes_no_balance"] = {k: yes_no[k] for k in sorted(yes_no)}
     n = max(len(examples), 1)
-    out["answerable_share"] = round(sum(bool(ex.metadata.get("answerable")) for ex in examples) / n, 4)
+    out["answerable_share"] = round(sum(ex.answerable for ex in examples) / n, 4)
     return out
 
 

@@ -103,12 +103,12 @@ class Trainer:
             given = load_examples(self.config.data.train, "train.data.train")
         if self.config.data.train_answerable_only:
             answerable = [e for e in given if e.answerable]
-            if not answerable:
+            if given and not answerable:
                 raise RagrlError(
                     f"train.data.train_answerable_only: all {len(given)} training questions are marked "
                     "unanswerable (metadata.answerable: false)"
                 )
-            if len(answerable) < len(given):
+            if len(answerable) < len(given) and self.acc.is_main_process:
                 console.print(
                     f"train.data.train_answerable_only: training on {len(answerable)} of {len(given)} "
                     f"questions ({len(given) - len(answerable)} marked unanswerable left out)"
@@ -383,7 +383,7 @@ def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str,
     predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
     top, count = predictions.most_common(1)[0] if predictions else ("", 0)
     return {
-        "eval/em_answerable": round(sum(ems) / len(ems), 4) if ems else 0.0,
+        "eval/em_answerable": round(sum(ems) / len(ems), 6) if ems else 0.0,  # 6: differences stay exact
         "eval/top_answer": top,
         "eval/top_answer_share": round(count / len(rows), 4) if rows else 0.0,
     }

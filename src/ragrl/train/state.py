@@ -62,7 +62,8 @@ class PromptSampler:
         if int(state["n"]) != self.n or int(state["seed"]) != self.seed:
             raise RagrlError(
                 f"checkpoint sampler was for {state['n']} examples with seed {state['seed']}, "
-                f"this run has {self.n} with seed {self.seed}: resume with the same data and seed"
+                f"this run has {self.n} with seed {self.seed}: resume with the same data, seed and "
+                "train.data.train_answerable_only"
             )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
