@@ -68,7 +68,8 @@ def run(
     method = load_method(
         METHODS[name],
         [f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
-         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", "train.eval_every=0", *extra],
+         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", "train.eval_every=0",
+         f"train.sft.world={data / 'world.json'}", *extra],  # the names train.sft.name_swap swaps
     )  # fmt: skip
     t0 = time.perf_counter()
     grpo = warm_start_then_grpo(method, method.oracle, train, None, out)

@@ -156,7 +156,8 @@ def compare_arm(
     method = load_method(
         config,
         [*overrides, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
-         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", *extra],
+         f"train.sft.max_steps={sft_steps}", f"train.steps={steps}",
+         f"train.sft.world={data / 'world.json'}", *extra],  # the names train.sft.name_swap swaps
     )  # fmt: skip
     train = method.prepare_examples(train, "train")  # the questions the method trains and is scored on
     test = method.prepare_examples(test, "test")
