@@ -377,7 +377,7 @@ NO_ANSWER = "(no answer)"
 
 def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
     """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
-    (``metadata.answerable`` not false) and the most common prediction with its share of the rows."""
+    (``Example.answerable``) and the most common prediction with its share of the rows."""
     answerable = {ex.id for ex in examples if ex.answerable}
     ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
     predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
