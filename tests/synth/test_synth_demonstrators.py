@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from ragrl.errors import RagrlError
 from ragrl.llm.tiny import train_tokenizer
 from ragrl.methods import load_method
 from ragrl.metrics import exact_match
@@ -20,6 +21,7 @@ from ragrl.synth.demonstrators import (
     OracleDemonstrator,
     QuotingOracle,
     answer_kind,
+    demonstrator_by_name,
     demonstrator_texts,
     supporting_titles,
 )
@@ -193,6 +195,19 @@ def test_heuristic_from_world_json(setup, tmp_path):
         HeuristicDemonstrator.from_world_json(paths["world"]).gazetteer
         == HeuristicDemonstrator.from_world(world).gazetteer
     )
+
+
+def test_demonstrator_by_name(setup, tmp_path):
+    world, _ = setup
+    paths = world.write(tmp_path)
+    assert isinstance(demonstrator_by_name("oracle", tmp_path / "absent.json"), OracleDemonstrator)
+    assert isinstance(demonstrator_by_name("quote", tmp_path / "absent.json"), QuotingOracle)
+    heuristic = demonstrator_by_name("heuristic", paths["world"])
+    assert heuristic.gazetteer == HeuristicDemonstrator.from_world(world).gazetteer
+    with pytest.raises(RagrlError, match=r"absent\.json not found \(--world\)"):
+        demonstrator_by_name("heuristic", tmp_path / "absent.json")
+    with pytest.raises(RagrlError, match=r"'gold' \(expected oracle, quote, heuristic\)"):
+        demonstrator_by_name("gold", paths["world"])
 
 
 def test_invalid_turns_get_a_corrective_message_and_no_answer(setup, play):

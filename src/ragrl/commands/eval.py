@@ -30,20 +30,9 @@ def _load_examples(path: Path, n: int | None):
 
 
 def _demonstrator(name: str, data: Path, world: Path | None):
-    from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator, QuotingOracle
+    from ragrl.synth.demonstrators import demonstrator_by_name
 
-    if name == "oracle":
-        return OracleDemonstrator()
-    if name == "quote":
-        return QuotingOracle()
-    if name == "heuristic":
-        world = world or data.parent / "world.json"
-        if not world.is_file():
-            raise RagrlError(
-                f"the heuristic demonstrator needs the world's gazetteer: {world} not found (--world)"
-            )
-        return HeuristicDemonstrator.from_world_json(world)
-    raise RagrlError(f"unknown demonstrator {name!r} (expected oracle, quote or heuristic)")
+    return demonstrator_by_name(name, world or data.parent / "world.json")
 
 
 def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], tokenizer: Any, retriever: Any):

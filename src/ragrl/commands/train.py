@@ -168,28 +168,22 @@ def sft(
     cfg = method.train
     retriever = load_index(cfg)
     if demos in ("oracle", "quote", "heuristic"):
-        from ragrl.synth.demonstrators import HeuristicDemonstrator, OracleDemonstrator, QuotingOracle
+        from ragrl.synth.demonstrators import demonstrator_by_name
 
         if not cfg.data.train:
             raise RagrlError(
                 "--demos oracle|quote|heuristic plays the demonstrator on train.data.train: set it"
             )
-        if demos == "oracle":
-            demonstrator = method.oracle or OracleDemonstrator()
-        elif demos == "quote":
-            if method.oracle is not None:
-                raise RagrlError(
-                    f"--demos quote writes Search-R1 turns; {method.name} has its own grammar and oracle "
-                    "(--demos oracle)"
-                )
-            demonstrator = QuotingOracle()
+        if demos == "quote" and method.oracle is not None:
+            raise RagrlError(
+                f"--demos quote writes Search-R1 turns; {method.name} has its own grammar and oracle "
+                "(--demos oracle)"
+            )
+        if demos == "oracle" and method.oracle is not None:
+            demonstrator = method.oracle  # the method's own grammar (EVO-RAG's refusals, ...)
         else:
-            path = world or Path(cfg.data.train).parent / "world.json"
-            if not path.is_file():
-                raise RagrlError(
-                    f"the heuristic demonstrator needs the world's gazetteer: {path} not found (--world)"
-                )
-            demonstrator = HeuristicDemonstrator.from_world_json(path)
+            world_json = world or Path(cfg.data.train).parent / "world.json"
+            demonstrator = demonstrator_by_name(demos, world_json)
         examples = method.prepare_examples(
             load_examples(cfg.data.train, "train.data.train"), "train.data.train"
         )

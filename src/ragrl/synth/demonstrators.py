@@ -308,3 +308,23 @@ class HeuristicDemonstrator:
                 if cand not in question:
                     return cand
         return UNANSWERABLE_ANSWER
+
+
+DEMONSTRATORS = ("oracle", "quote", "heuristic")
+"""The world's demonstrators by name: ``ragrl eval --demonstrator`` and ``ragrl train sft --demos``."""
+
+
+def demonstrator_by_name(name: str, world_json: Path):
+    """The world's demonstrator called ``name``: ``oracle`` (the search oracle), ``quote`` (the quoting
+    oracle) or ``heuristic`` (it reads the gazetteer from ``world_json``, which only it needs)."""
+    if name == "oracle":
+        return OracleDemonstrator()
+    if name == "quote":
+        return QuotingOracle()
+    if name == "heuristic":
+        if not world_json.is_file():
+            raise RagrlError(
+                f"the heuristic demonstrator needs the world's gazetteer: {world_json} not found (--world)"
+            )
+        return HeuristicDemonstrator.from_world_json(world_json)
+    raise RagrlError(f"unknown demonstrator {name!r} (expected {', '.join(DEMONSTRATORS)})")
