@@ -8,6 +8,7 @@ from ragrl.data.io import read_examples
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
 from ragrl.retrieval import load_retriever
+from ragrl.rollout.sample import Sample
 from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.train.augment import NameSwap, name_words
 from ragrl.train.setup import load_policy
@@ -75,6 +76,19 @@ def test_swap_renames_names_consistently_and_keeps_everything_else(setup):
             }
             written = {x for s in traj.segments if s.kind == "policy" for x in s.token_ids if x in names}
             assert written and written <= context
+
+
+def test_a_training_sample_is_renamed_as_its_trajectory_is(setup):
+    _, _, demos, swap = setup
+    for i, demo in enumerate(demos[:4]):
+        sample = Sample.from_trajectory(demo, episode=i)
+        sample.advantage = 0.75
+        renamed = swap.sample(sample, random.Random(i))
+        expected = Sample.from_trajectory(swap(demo, random.Random(i)))
+        assert renamed.prompt_ids == expected.prompt_ids != sample.prompt_ids  # the question's names
+        assert renamed.completion_ids == expected.completion_ids != sample.completion_ids
+        kept = ("loss_mask", "completion_logprobs", "group", "episode", "step", "advantage", "example_id")
+        assert all(getattr(renamed, k) == getattr(sample, k) for k in kept)
 
 
 def test_swap_is_determined_by_its_rng(setup):

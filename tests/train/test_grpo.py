@@ -435,6 +435,49 @@ def test_whitening_normalises_what_reaches_the_update(world_dir, tmp_path):
     assert math.isfinite(metrics["loss"])
 
 
+def test_name_swap_renames_what_reaches_the_update_and_only_the_names(world_dir, tmp_path):
+    method = small_method(world_dir, tmp_path / "n", "train.grpo.name_swap=1.0")
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    swap = trainer.name_swap
+    assert swap is not None and swap.size > 100
+    names = set(swap.spaced) | set(swap.bare)
+    played = trainer._play(0, 4).samples
+    renamed = trainer._renamed(played)
+    assert [s.completion_ids for s in trainer._renamed(played)] == [s.completion_ids for s in renamed]
+    changed = 0
+    for before, after in zip(played, renamed, strict=True):
+        old, new = before.prompt_ids + before.completion_ids, after.prompt_ids + after.completion_ids
+        pairs = list(zip(old, new, strict=True))
+        assert all(a == b for a, b in pairs if a not in names)  # only name tokens change
+        mapping = {a: b for a, b in pairs if a in names}
+        assert all(mapping[a] == b for a, b in pairs if a in names)  # consistently
+        changed += any(a != b for a, b in mapping.items())
+        for key in ("advantage", "loss_mask", "group"):
+            assert getattr(after, key) == getattr(before, key)
+    assert changed >= len(played) - 1  # every question names an entity
+    seen = []
+    update = trainer._update
+    trainer._update = lambda samples: seen.append(samples) or update(samples)
+    metrics = trainer.step()
+    assert math.isfinite(metrics["loss"]) and seen and all(s.completion_ids for s in seen[0])
+
+
+def test_name_swap_config_errors(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    with pytest.raises(RagrlError, match=r"train.grpo.name_swap is a share of samples in \[0, 1\]"):
+        small_method(world_dir, tmp_path / "a", "train.grpo.name_swap=2").train.validate()
+    with pytest.raises(RagrlError, match="rollout log-probs no longer apply"):
+        small_method(
+            world_dir, tmp_path / "b", "train.grpo.name_swap=1", "train.grpo.old_logprobs=rollout"
+        ).train.validate()
+    method = small_method(
+        world_dir, tmp_path / "c", "train.grpo.name_swap=1", f"train.sft.world={tmp_path / 'none.json'}"
+    )
+    with pytest.raises(RagrlError, match=r"train.grpo.name_swap needs the world's names: .*none.json"):
+        GRPOTrainer(method, method.train, eval_examples=[])
+
+
 def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(world_dir, tmp_path):
     # eval/n never changes, and a tie keeps the earlier best: the evaluation before training stays best
     method = small_method(

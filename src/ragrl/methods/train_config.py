@@ -113,6 +113,12 @@ class GRPOConfig:
     """``auto``: π_old = π_θ detached when μ = 1 and one minibatch (one forward pass per sequence),
     else recomputed by a forward pass before the updates; ``recompute``: always that pass;
     ``rollout``: the log-probs the generation backend reported."""
+    name_swap: float = 0.0
+    """Share of the update's samples shown with their synthetic entity names consistently renamed
+    (``ragrl.train.augment``, the world of ``train.sft.world``), as the SFT warm start does: the reward
+    of a renamed episode is the same, but its facts are not the training questions', so the update
+    teaches reading and copying rather than the training answers. Needs π_old from the renamed tokens
+    (``old_logprobs`` auto or recompute)."""
 
 
 @dataclass
@@ -127,7 +133,8 @@ class SFTConfig:
     """Share of demonstrations shown with their synthetic entity names consistently renamed
     (``ragrl.train.augment``): copying, not memorising, is then the only way to predict the names."""
     world: str | None = None
-    """world.json whose names ``name_swap`` renames (None: next to ``train.data.train``)."""
+    """world.json whose names ``name_swap`` renames, here and in GRPO's ``train.grpo.name_swap`` (None:
+    next to ``train.data.train``)."""
 
 
 RETRIEVAL_EVAL_METRICS = (
@@ -340,6 +347,13 @@ class TrainConfig:
             raise RagrlError(
                 f"train.grpo.prompts_per_step ({g.prompts_per_step}) must be a multiple of "
                 f"train.grpo.minibatches ({g.minibatches}): minibatches hold whole groups"
+            )
+        if not 0.0 <= g.name_swap <= 1.0:
+            raise RagrlError(f"train.grpo.name_swap is a share of samples in [0, 1], got {g.name_swap}")
+        if g.name_swap and g.old_logprobs == "rollout":
+            raise RagrlError(
+                "train.grpo.name_swap renames the sampled tokens: their rollout log-probs no longer apply "
+                "(train.grpo.old_logprobs auto or recompute)"
             )
         if g.old_logprobs not in ("auto", "recompute", "rollout"):
             raise RagrlError(

@@ -1,4 +1,4 @@
-"""Name-swap augmentation for SFT demonstrations of the synthetic world.
+"""Name-swap augmentation for SFT demonstrations and GRPO samples of the synthetic world.
 
 A demonstration is a token sequence: the question, the policy's turns, and the retrieved passages.
 ``NameSwap`` renames the made-up entity names in one demonstration *consistently*: every occurrence
@@ -27,6 +27,7 @@ from typing import Any
 
 from ragrl.data.io import read_text
 from ragrl.errors import RagrlError
+from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Trajectory
 
 
@@ -73,6 +74,19 @@ class NameSwap:
             )
         return cls(spaced, bare)
 
+    @classmethod
+    def for_run(cls, config: Any, tokenizer: Any, option: str) -> NameSwap:
+        """The swap of a run's world: ``train.sft.world``, else the world.json next to
+        ``train.data.train``; ``option`` (the setting that asked for it) names the error."""
+        world_json = config.sft.world or (
+            str(Path(config.data.train).parent / "world.json") if config.data.train else None
+        )
+        if world_json is None or not Path(world_json).is_file():
+            raise RagrlError(
+                f"{option} needs the world's names: world.json {world_json} not found (set train.sft.world)"
+            )
+        return cls.from_world(world_json, tokenizer)
+
     @property
     def size(self) -> int:
         return len(self.spaced) + len(self.bare)
@@ -93,4 +107,14 @@ class NameSwap:
         ]
         return dataclasses.replace(
             trajectory, prompt_ids=[m.get(t, t) for t in trajectory.prompt_ids], segments=segments
+        )
+
+    def sample(self, sample: Sample, rng: random.Random) -> Sample:
+        """A training sample (prompt and completion ids) renamed the same way; its loss mask, group and
+        advantage stay: a consistently renamed episode earns the same reward."""
+        m = self.mapping(set(sample.prompt_ids) | set(sample.completion_ids), rng)
+        return dataclasses.replace(
+            sample,
+            prompt_ids=[m.get(t, t) for t in sample.prompt_ids],
+            completion_ids=[m.get(t, t) for t in sample.completion_ids],
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
+from ragrl.train.augment import NameSwap
 from ragrl.train.base import Trainer
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
@@ -125,6 +127,9 @@ class GRPOTrainer(Trainer):
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
         self.rollout = method.make_rollout(self.backend, self.retriever)
+        self.name_swap = None
+        if g.name_swap:  # the world's names, renamed in the update's samples (ragrl.train.augment)
+            self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.grpo.name_swap")
         self.source = None
         """The method's own source of questions (``Method.task_source``, R²AG's RR-Forest), or None: the
         shuffled training set."""
@@ -161,6 +166,8 @@ class GRPOTrainer(Trainer):
             kept = [s for s in kept if s.group in set(first)]
         if g.whiten != "none":  # Reinforce++: normalised over what reaches the update, all processes
             self._whiten(kept, by_tokens=g.whiten == "token")
+        if self.name_swap is not None:
+            kept = self._renamed(kept)
         update = self._update(kept)
 
         # 7. diagnostics over every episode played this step, reduced over processes
@@ -265,6 +272,16 @@ class GRPOTrainer(Trainer):
             advantage = mine[0] if len(mine) == 1 else mine
             t.metadata.update(reward=r.total, rewards=r.components, advantage=advantage, step=self.step_count)
         return _Round(owners, episodes, results, samples, keep)
+
+    def _renamed(self, samples: list[Sample]) -> list[Sample]:
+        """``train.grpo.name_swap``: that share of the samples with their entity names consistently
+        renamed (same reward, same advantage), each seeded by (seed, step, group, episode, turn), so a
+        resumed run renames the same way."""
+        share, out = self.config.grpo.name_swap, []
+        for s in samples:
+            rng = random.Random(f"{self.config.seed}:{self.step_count}:{s.group}:{s.episode}:{s.step}")
+            out.append(self.name_swap.sample(s, rng) if rng.random() < share else s)
+        return out
 
     def _whiten(self, samples: list[Sample], by_tokens: bool, eps: float = 1e-8) -> None:
         """``a ← (a − mean) / (std + eps)`` over ``samples`` on every process, each counted once or once

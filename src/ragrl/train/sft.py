@@ -14,7 +14,6 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -65,15 +64,7 @@ class SFTTrainer(Trainer):
             )
         self.name_swap: NameSwap | None = None
         if config.sft.name_swap > 0:
-            world_json = config.sft.world or (
-                str(Path(config.data.train).parent / "world.json") if config.data.train else None
-            )
-            if world_json is None or not Path(world_json).is_file():
-                raise RagrlError(
-                    f"train.sft.name_swap needs the world's names: world.json {world_json} not found "
-                    "(set train.sft.world)"
-                )
-            self.name_swap = NameSwap.from_world(world_json, self.tokenizer)
+            self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.sft.name_swap")
         rollout = method.make_rollout(_NoGeneration(self.tokenizer), self.retriever)
         if getattr(rollout, "keeps_step_contexts", False):
             # a step-wise method trains every turn on the context it was generated after (after a
