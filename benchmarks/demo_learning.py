@@ -1,8 +1,8 @@
 """Does the demo learn? Warm-start vs after-GRPO held-out EM of ``ragrl demo`` over several seeds.
 
 Runs the whole demo (world, tiny policy with copy pre-training, SFT warm start, GRPO, held-out
-evaluation) once per seed and prints, per seed: held-out EM on the answerable questions of the warm
-start and after GRPO with the gain in points, the same final policy closed-book (every search finds
+evaluation) once per seed and prints, per seed: test EM on the answerable questions of the warm start
+and after GRPO with the gain in points, the same final policy closed-book (every search finds
 nothing: what it answers without reading), the heuristic demonstrator, the most common answer's share
 (collapse check), wall time and peak memory. The last line is the mean answerable-EM gain over the
 seeds (the learning issue's bar: >= +15 points on average, >= +10 on every seed).

@@ -18,6 +18,8 @@ common answer's share (collapse check), steps and searches per question, the dup
 is scored with its final policy and with the policy it keeps (best dev EM).
 
     python benchmarks/evo_rag_vs_search_r1.py --seeds 0 1 2 --ablation
+    python benchmarks/evo_rag_vs_search_r1.py --ablation --quote --set train.sft.name_swap=1.0 \
+        --set train.sft.batch_size=32 --search-r1-set rollout.temperature=0.8 ...  # the demo's recipe
     python benchmarks/evo_rag_vs_search_r1.py --arm 'best3:schedule.keep=[best3]' \
         --arm 'bt:schedule.keep=[bt]' --arm 'half:rewards.step_cost=-0.5'  # Tables 6 and 5, the step cost
 """
@@ -45,7 +47,7 @@ from ragrl.methods.evo_rag_rewards import max_cosines  # noqa: E402
 from ragrl.methods.train_config import ModelConfig  # noqa: E402
 from ragrl.metrics.normalize import normalize  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
-from ragrl.synth.demonstrators import OracleDemonstrator  # noqa: E402
+from ragrl.synth.demonstrators import OracleDemonstrator, QuotingOracle  # noqa: E402
 from ragrl.synth.questions import UNANSWERABLE_ANSWER  # noqa: E402
 from ragrl.train.base import collapse_check  # noqa: E402
 from ragrl.train.demo import DEFAULT_COPY_STEPS  # noqa: E402
@@ -113,15 +115,20 @@ def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, A
             f"train.seed={seed}",
             f"train.model.path={model_dir}",
             f"train.out={out}",
+            f"train.data.train={data / 'train.jsonl'}",
+            f"train.sft.world={data / 'world.json'}",
             f"train.sft.max_steps={args.sft_steps}",
             f"train.steps={args.steps}",
+            *args.overrides,
+            *args.search_r1_overrides,
         ],
     )
     retriever = load_retriever(index)
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
     t0 = time.perf_counter()
-    grpo = warm_start_then_grpo(method, OracleDemonstrator(), train, retriever, out)
+    demonstrator = QuotingOracle() if args.quote else OracleDemonstrator()
+    grpo = warm_start_then_grpo(method, demonstrator, train, retriever, out)
     before = measure(grpo.backend, retriever, method, test)
     t1 = time.perf_counter()
     grpo.train()
@@ -149,6 +156,8 @@ def evo_rag(
         f"train.data.eval={data / 'dev.jsonl'}",
         f"train.data.index={index}",
         f"train.steps={args.cycles}",
+        f"train.sft.world={data / 'world.json'}",
+        *args.overrides,
         *overrides,
     ]
     method = load_method(
@@ -231,6 +240,18 @@ def main() -> None:
         help="another EVO-RAG arm with these overrides (Tables 5 and 6, the step cost): "
         "'best3:schedule.keep=[best3]', 'cost-half:rewards.step_cost=-0.5'",
     )
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="a config override for every arm (the warm start's: train.sft.name_swap=1.0, ...)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--search-r1-set", dest="search_r1_overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="a config override for the Search-R1 arm only (rollout.temperature=0.8, ...)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--quote", action="store_true",
+        help="warm-start Search-R1 on the quoting oracle (the demo's); EVO-RAG keeps its own oracle",
+    )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
     tmp, workdir = open_workdir(args.workdir, "evo-rag-")

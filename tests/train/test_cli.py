@@ -139,7 +139,10 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
         "after GRPO, closed-book",
     ]
     assert rows["after GRPO"]["em"] == summary["em_after"]
+    assert rows["warm start (SFT)"]["em_answerable"] == summary["em_answerable_before"]
     assert rows["after GRPO, closed-book"]["em_answerable"] == summary["em_answerable_closed_book"]
+    # GRPO was evaluated on the first 3 dev questions, before and after its one step; the rows are test
+    assert summary["n_dev"] == 3 and set(summary["dev_em_answerable"]) == {"0", "1"}
     assert 0 <= summary["em_answerable_heuristic"] <= 1
     # every row is measured on the same held-out questions (train.data.eval_limit=3)
     assert {row["n"] for row in rows.values()} == {3}

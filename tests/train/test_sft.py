@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from ragrl.data.io import read_examples
@@ -64,4 +66,24 @@ def test_a_stepwise_method_learns_each_turn_on_the_context_it_saw(world_dir, tmp
     segs = demos[0].segments
     assert first.prompt_ids == demos[0].prompt_ids + segs[0].token_ids + segs[1].token_ids
     assert first.completion_ids == segs[2].token_ids and set(first.loss_mask) == {1}
+    assert trainer.step()["loss"] > 0
+
+
+def test_a_stepwise_method_renames_each_turn_sample(world_dir, tmp_path):
+    method = load_method(
+        "search_r1-tiny",
+        [f"train.model.path={world_dir / 'model'}", f"train.out={tmp_path / 'sft'}", "rollout.kind=stepwise",
+         f"train.data.train={world_dir / 'train.jsonl'}", "train.sft.name_swap=1.0",
+         "train.sft.batch_size=4", "train.sft.max_steps=1"],
+    )  # fmt: skip
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples, _ = read_examples(world_dir / "train.jsonl")
+    demos = demonstration_trajectories(
+        method, tokenizer, OracleDemonstrator(), examples[:4], load_retriever(world_dir / "bm25")
+    )
+    trainer = SFTTrainer(method, method.train, demos, eval_examples=[], model=model, tokenizer=tokenizer)
+    turn = trainer.demonstrations[1]  # a turn's sample (context + the turn), not a whole trajectory
+    renamed = trainer._renamed(turn, random.Random(0))
+    assert renamed.prompt_ids != turn.prompt_ids and len(renamed.prompt_ids) == len(turn.prompt_ids)
+    assert renamed == trainer.name_swap.sample(turn, random.Random(0))
     assert trainer.step()["loss"] > 0

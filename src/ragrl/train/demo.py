@@ -10,13 +10,13 @@
    are copied and never memorised): the policy learns the protocol and to read, but answers only some
    held-out questions right (a fully trained imitation would leave nothing for RL to show);
 4. train it with GRPO and the Search-R1 method (``methods/configs/search_r1-tiny.yaml`` with the
-   demo's settings, ``DEMO_SETTINGS``: the one-line prompt, T = 1 rollouts, a lower rate, the
-   answerable training questions only);
-5. evaluate on the held-out test questions: the heuristic demonstrator, the warm start, the final
-   policy, and the final policy closed-book (every search finds nothing: what it knows without
-   reading). Write the run folder: the resolved ``config.yaml``, ``metrics.jsonl``, ``samples.jsonl``,
-   ``report.md`` + ``curves.png`` and ``summary.json`` (``warm_start/`` holds the SFT stage's own
-   metrics and checkpoint).
+   demo's settings, ``DEMO_SETTINGS``: the one-line prompt, the rollout temperature, a lower rate,
+   the answerable training questions only), evaluated on the world's dev questions every 10 steps;
+5. evaluate on the held-out test questions, read here only: the heuristic demonstrator, the warm start,
+   the final policy, and the final policy closed-book (every search finds nothing: what it knows
+   without reading). Write the run folder: the resolved ``config.yaml``, ``metrics.jsonl`` (its
+   evaluations are the dev ones), ``samples.jsonl``, ``report.md`` + ``curves.png`` and
+   ``summary.json`` (``warm_start/`` holds the SFT stage's own metrics and checkpoint).
 """
 
 from __future__ import annotations
@@ -47,12 +47,16 @@ DEMO_SETTINGS = (
     "train.sft.max_steps=200",
     # GRPO: after this warm start the policy is near-deterministic at T = 0.5 (entropy 0.02, 94% of the
     # groups without variance) and a rate of 2e-4 broke its format; T = 1 and 1e-4 keep it learning
+    # (T = 0.8 and 60 steps measured no better: docs/training.md)
     "rollout.temperature=1.0",
     "train.optim.lr=1e-4",
     "train.steps=50",
     # GRPO on the answerable questions only: with them, the reward of `unknown` on the unanswerable ones
     # pulled the policy towards refusing (its share rose from 14% to 23% on seed 1's warm start, EM fell)
     "train.data.train_answerable_only=true",
+    # the live held-out curve: the dev questions every 10 steps (the test questions are read at the end
+    # only). Keeping the best policy by dev EM did worse than the last step (docs/training.md)
+    "train.eval_every=10",
 )
 
 
@@ -110,6 +114,7 @@ def run_demo(
     generate_world(seed, size, split=split).write(world_dir)
     train, _ = read_examples(world_dir / "train.jsonl")
     test, _ = read_examples(world_dir / "test.jsonl")
+    dev, _ = read_examples(world_dir / "dev.jsonl")
     passages, _ = read_corpus(world_dir / "corpus.jsonl")
     retriever = BM25Retriever.build(passages)
     retriever.save(world_dir / "bm25")
@@ -125,7 +130,7 @@ def run_demo(
         f"train.seed={seed}",
         f"train.model.path={out / 'tiny-policy'}",
         f"train.data.train={world_dir / 'train.jsonl'}",
-        f"train.data.eval={world_dir / 'test.jsonl'}",
+        f"train.data.eval={world_dir / 'dev.jsonl'}",
         f"train.data.index={world_dir / 'bm25'}",
         *DEMO_SETTINGS,
     ]
@@ -148,50 +153,57 @@ def run_demo(
     )  # fmt: skip
     sft.train()
 
-    # 4. GRPO from the warm start (held-out EM before = the warm start's)
+    # 4. GRPO from the warm start, evaluated on the dev questions: the test questions are read by the
+    # closing table only
     console.print(
         f"demo: GRPO, {config.steps} steps of {config.grpo.prompts_per_step} questions × {method.rollout.n}"
+        f" (evaluated on the {len(dev)} dev questions)"
     )
     grpo = GRPOTrainer(
-        method, config, run_dir=out, train_examples=train, eval_examples=test, retriever=retriever,
+        method, config, run_dir=out, train_examples=train, eval_examples=dev, retriever=retriever,
         accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
     )  # fmt: skip
-    held_out = grpo.eval_examples  # every row of the closing table is measured on these questions
+    # every row of the closing table is measured on these (the first train.data.eval_limit, as on dev)
+    held_out = method.prepare_examples(test, str(world_dir / "test.jsonl"))[: config.data.eval_limit or None]
+
+    def on_test(reader: Any) -> dict[str, Any]:
+        run = evaluate(
+            grpo.backend, reader, method, held_out, seed=config.seed, temperature=config.eval_temperature
+        )
+        return _held_out(run, held_out)
+
     gazetteer = HeuristicDemonstrator.from_world_json(world_dir / "world.json")
     heuristic = DemonstratorBackend.for_examples(
         tokenizer, gazetteer, held_out, method.protocol, retriever, method.rollout.k
     )
     heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
+    warm = on_test(retriever)
     summary = grpo.train()
+    after = on_test(retriever)
 
     # 5. the closed-book control, the summary (the whole demo's wall time and memory) and the report
     console.print("demo: the final policy closed-book (every search finds nothing)")
-    closed = _held_out(
-        evaluate(
-            grpo.backend,
-            NullRetriever(),
-            method,
-            held_out,
-            seed=config.seed,
-            temperature=config.eval_temperature,
-        ),
-        held_out,
-    )
-
-    def from_eval(record: dict[str, Any]) -> dict[str, Any]:
-        keys = ("em", "em_answerable", "top_answer", "top_answer_share", "searches", "n")
-        return {k: record[f"eval/{k}"] for k in keys}
-
+    closed = on_test(NullRetriever())
     summary["held_out"] = {
         "heuristic demonstrator": heuristic_scores,
-        "warm start (SFT)": from_eval(grpo.evals[0]),
-        "after GRPO": from_eval(grpo.evals[-1]),
+        "warm start (SFT)": warm,
+        "after GRPO": after,
         "after GRPO, closed-book": closed,
     }
     summary.update(
         split=split,
         copy_steps=copy_steps,
-        em_warm_start=summary.get("em_before"),
+        n_eval=len(held_out),
+        n_dev=len(grpo.eval_examples),
+        dev_em_answerable={e["step"]: e["eval/em_answerable"] for e in grpo.evals},
+        em_before=warm["em"],
+        em_after=after["em"],
+        em_gain=round(100 * (after["em"] - warm["em"]), 2),
+        em_answerable_before=warm["em_answerable"],
+        em_answerable_after=after["em_answerable"],
+        top_answer_after=after["top_answer"],
+        top_answer_share_after=after["top_answer_share"],
+        em_warm_start=warm["em"],
         em_closed_book=closed["em"],
         em_answerable_closed_book=closed["em_answerable"],
         top_answer_closed_book=closed["top_answer"],

@@ -23,6 +23,7 @@ from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import Method
 from ragrl.methods.train_config import TrainConfig
+from ragrl.rollout.sample import Sample
 from ragrl.rollout.scripted import DemonstratorBackend
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.augment import NameSwap
@@ -68,12 +69,14 @@ class SFTTrainer(Trainer):
         rollout = method.make_rollout(_NoGeneration(self.tokenizer), self.retriever)
         if getattr(rollout, "keeps_step_contexts", False):
             # a step-wise method trains every turn on the context it was generated after (after a
-            # backtrack that is not the whole record): the rollout's own samples
-            if self.name_swap is not None:
-                raise RagrlError("train.sft.name_swap is not supported for rollout.kind stepwise yet")
+            # backtrack that is not the whole record): the rollout's own samples, each renamed on its own
             samples = rollout.samples(self.demonstrations)
             self.demonstrations = [x for x in samples if x.num_policy_tokens > 0]
         self._prepare(len(self.demonstrations), self.total_steps, lr=config.sft.lr)
+
+    def _renamed(self, row: Trajectory | Sample, rng: random.Random) -> Trajectory | Sample:
+        """A demonstration (a trajectory, or one turn's sample of a step-wise method) renamed."""
+        return self.name_swap.sample(row, rng) if isinstance(row, Sample) else self.name_swap(row, rng)
 
     @property
     def total_steps(self) -> int:
@@ -92,7 +95,7 @@ class SFTTrainer(Trainer):
         if self.name_swap is not None:  # seeded by (seed, step, slot): a resumed run swaps the same way
             rngs = [random.Random(f"{cfg.seed}:{self.step_count}:{first + j}") for j in range(len(rows))]
             rows = [
-                self.name_swap(t, rng) if rng.random() < cfg.sft.name_swap else t
+                self._renamed(t, rng) if rng.random() < cfg.sft.name_swap else t
                 for t, rng in zip(rows, rngs, strict=True)
             ]
         micro = cfg.grpo.micro_batch_size or len(rows)
