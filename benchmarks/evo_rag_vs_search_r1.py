@@ -19,7 +19,7 @@ is scored with its final policy and with the policy it keeps (best dev EM).
 
     python benchmarks/evo_rag_vs_search_r1.py --seeds 0 1 2 --ablation
     python benchmarks/evo_rag_vs_search_r1.py --ablation --quote --set train.sft.name_swap=1.0 \
-        --set train.sft.batch_size=32 --search-r1-set rollout.temperature=0.8 ...  # the demo's recipe
+        --set train.sft.batch_size=32 --search-r1-set rollout.temperature=1.0 ...  # the demo's recipe
     python benchmarks/evo_rag_vs_search_r1.py --arm 'best3:schedule.keep=[best3]' \
         --arm 'bt:schedule.keep=[bt]' --arm 'half:rewards.step_cost=-0.5'  # Tables 6 and 5, the step cost
 """
@@ -157,11 +157,11 @@ def evo_rag(
         f"train.data.index={index}",
         f"train.steps={args.cycles}",
         f"train.sft.world={data / 'world.json'}",
-        *args.overrides,
-        *overrides,
     ]
+    extra = [*args.overrides, *overrides]  # last: they win, as in the Search-R1 arm
     method = load_method(
-        "evo_rag-tiny", [*paths, f"train.model.path={model_dir}", f"train.sft.max_steps={args.sft_steps}"]
+        "evo_rag-tiny",
+        [*paths, f"train.model.path={model_dir}", f"train.sft.max_steps={args.sft_steps}", *extra],
     )
     retriever = load_retriever(index)
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
@@ -186,7 +186,7 @@ def evo_rag(
     t1 = time.perf_counter()
     run_stages(
         "evo_rag-tiny",
-        [*paths, f"train.model.path={out / 'warm_start' / 'policy'}", f"train.out={out / 'stages'}"],
+        [*paths, *extra, f"train.model.path={out / 'warm_start' / 'policy'}", f"train.out={out / 'stages'}"],
     )
     train_seconds = time.perf_counter() - t1
     final, kept = (

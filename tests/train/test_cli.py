@@ -143,6 +143,8 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert rows["after GRPO, closed-book"]["em_answerable"] == summary["em_answerable_closed_book"]
     # GRPO was evaluated on the first 3 dev questions, before and after its one step; the rows are test
     assert summary["n_dev"] == 3 and set(summary["dev_em_answerable"]) == {"0", "1"}
+    evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(e["step"], e["eval/n"]) for e in evals if e["kind"] == "eval"] == [(0, 3), (1, 3)]
     assert 0 <= summary["em_answerable_heuristic"] <= 1
     # every row is measured on the same held-out questions (train.data.eval_limit=3)
     assert {row["n"] for row in rows.values()} == {3}

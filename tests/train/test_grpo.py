@@ -460,6 +460,7 @@ def test_name_swap_renames_what_reaches_the_update_and_only_the_names(world_dir,
     trainer._update = lambda samples: seen.append(samples) or update(samples)
     metrics = trainer.step()
     assert math.isfinite(metrics["loss"]) and seen and all(s.completion_ids for s in seen[0])
+    assert metrics["kept_frac"] == 1.0  # keep_all: every episode reached the update, renamed or not
 
 
 def test_name_swap_config_errors(world_dir, tmp_path):

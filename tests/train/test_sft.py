@@ -85,5 +85,9 @@ def test_a_stepwise_method_renames_each_turn_sample(world_dir, tmp_path):
     turn = trainer.demonstrations[1]  # a turn's sample (context + the turn), not a whole trajectory
     renamed = trainer._renamed(turn, random.Random(0))
     assert renamed.prompt_ids != turn.prompt_ids and len(renamed.prompt_ids) == len(turn.prompt_ids)
-    assert renamed == trainer.name_swap.sample(turn, random.Random(0))
+    assert renamed.completion_ids != turn.completion_ids or renamed.prompt_ids != turn.prompt_ids
+    calls = []
+    sample = trainer.name_swap.sample
+    trainer.name_swap.sample = lambda row, rng: calls.append(row) or sample(row, rng)
     assert trainer.step()["loss"] > 0
+    assert len(calls) == 4 and all(row in trainer.demonstrations for row in calls)  # the batch's samples

@@ -167,9 +167,9 @@ def sft(
     method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
     retriever = load_index(cfg)
-    if demos in ("oracle", "quote", "heuristic"):
-        from ragrl.synth.demonstrators import demonstrator_by_name
+    from ragrl.synth.demonstrators import DEMONSTRATORS, demonstrator_by_name
 
+    if demos in DEMONSTRATORS:
         if not cfg.data.train:
             raise RagrlError(
                 "--demos oracle|quote|heuristic plays the demonstrator on train.data.train: set it"

@@ -81,7 +81,9 @@ class NameSwap:
         world_json = config.sft.world or (
             str(Path(config.data.train).parent / "world.json") if config.data.train else None
         )
-        if world_json is None or not Path(world_json).is_file():
+        if world_json is None:
+            raise RagrlError(f"{option} needs the world's names: set train.sft.world (or train.data.train)")
+        if not Path(world_json).is_file():
             raise RagrlError(
                 f"{option} needs the world's names: world.json {world_json} not found (set train.sft.world)"
             )

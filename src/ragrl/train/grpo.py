@@ -166,9 +166,7 @@ class GRPOTrainer(Trainer):
             kept = [s for s in kept if s.group in set(first)]
         if g.whiten != "none":  # Reinforce++: normalised over what reaches the update, all processes
             self._whiten(kept, by_tokens=g.whiten == "token")
-        if self.name_swap is not None:
-            kept = self._renamed(kept)
-        update = self._update(kept)
+        update = self._update(self._renamed(kept) if self.name_swap is not None else kept)
 
         # 7. diagnostics over every episode played this step, reduced over processes
         self.step_count += 1

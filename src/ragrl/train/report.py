@@ -27,6 +27,7 @@ _SUMMARY_LABELS = {
     "processes": "processes",
     "steps": "steps",
     "n_eval": "held-out questions",
+    "n_dev": "dev questions (ragrl demo: the evaluations and EM curve below; the summary rows are test)",
     "em_before": "EM before",
     "em_after": "EM after",
     "em_gain": "EM gain",
