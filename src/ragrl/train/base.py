@@ -353,22 +353,29 @@ class Trainer:
         if self.best is not None:
             summary["best"] = self.best
         if self.evals:
-            before, after = self.evals[0], self.evals[-1]
-            summary.update(
-                em_before=before["eval/em"],
-                em_after=after["eval/em"],
-                em_gain=round(100 * (after["eval/em"] - before["eval/em"]), 2),
-                n_eval=before["eval/n"],
-                em_answerable_before=before["eval/em_answerable"],
-                em_answerable_after=after["eval/em_answerable"],
-                top_answer_after=after["eval/top_answer"],
-                top_answer_share_after=after["eval/top_answer_share"],
-            )
+            summary.update(before_after(self.evals[0], self.evals[-1], prefix="eval/"))
         if self.acc.is_main_process:
             export_policy(self.policy, self.tokenizer, self.run_dir / "policy")
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         self.acc.wait_for_everyone()
         return summary
+
+
+def before_after(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A run summary's before/after keys from two evaluations with the values ``em``, ``em_answerable``,
+    ``top_answer``, ``top_answer_share`` and ``n`` (named ``<prefix><value>``: ``eval/em`` in a logged
+    evaluation record)."""
+    b, a = (lambda k: before[prefix + k]), (lambda k: after[prefix + k])
+    return {
+        "em_before": b("em"),
+        "em_after": a("em"),
+        "em_gain": round(100 * (a("em") - b("em")), 2),
+        "n_eval": b("n"),
+        "em_answerable_before": b("em_answerable"),
+        "em_answerable_after": a("em_answerable"),
+        "top_answer_after": a("top_answer"),
+        "top_answer_share_after": a("top_answer_share"),
+    }
 
 
 NO_ANSWER = "(no answer)"

@@ -95,6 +95,7 @@ def run_demo(
     from ragrl.rollout.scripted import DemonstratorBackend
     from ragrl.synth.demonstrators import HeuristicDemonstrator, QuotingOracle
     from ragrl.synth.generate import generate_world
+    from ragrl.train.base import before_after
     from ragrl.train.grpo import GRPOTrainer
     from ragrl.train.report import write_report
     from ragrl.train.setup import load_policy, make_accelerator, peak_memory_mb
@@ -193,16 +194,9 @@ def run_demo(
     summary.update(
         split=split,
         copy_steps=copy_steps,
-        n_eval=len(held_out),
+        **before_after(warm, after),  # the test questions' (the trainer's own are the dev ones)
         n_dev=len(grpo.eval_examples),
         dev_em_answerable={str(e["step"]): e["eval/em_answerable"] for e in grpo.evals},
-        em_before=warm["em"],
-        em_after=after["em"],
-        em_gain=round(100 * (after["em"] - warm["em"]), 2),
-        em_answerable_before=warm["em_answerable"],
-        em_answerable_after=after["em_answerable"],
-        top_answer_after=after["top_answer"],
-        top_answer_share_after=after["top_answer_share"],
         em_warm_start=warm["em"],
         em_closed_book=closed["em"],
         em_answerable_closed_book=closed["em_answerable"],
