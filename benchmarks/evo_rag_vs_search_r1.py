@@ -3,7 +3,7 @@
 Per seed: the demo's substrate (``tiny_setup.world``: the seed's facts-split world, BM25, the tiny
 policy with copy pre-training); every arm starts with the same warm start budget (``--sft-steps`` of
 SFT on its method's oracle: the world's search oracle, which EVO-RAG's refuses with ``<refuse/>`` where
-the corpus cannot answer). Then:
+the corpus cannot answer; with ``--quote`` every arm plays the quoting oracle instead). Then:
 
 * ``search_r1``: GRPO, ``--steps`` steps of ``search_r1-tiny`` (EM reward);
 * ``evo_rag``: ``evo_rag-tiny``'s two curriculum stages of preference cycles (siblings, the seven
@@ -169,7 +169,8 @@ def evo_rag(
     t0 = time.perf_counter()
     acc = make_accelerator(method.train)
     model, tokenizer = load_policy(method.train.model, acc.device)
-    demos = demonstration_trajectories(method, tokenizer, method.oracle, train, retriever)
+    oracle = method.oracle.wrap(QuotingOracle()) if args.quote else method.oracle
+    demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
     sft = SFTTrainer(
         method,
         method.train,
@@ -250,17 +251,19 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument(
         "--quote", action="store_true",
-        help="warm-start Search-R1 on the quoting oracle (the demo's); EVO-RAG keeps its own oracle",
+        help="warm-start every arm on the quoting oracle (the demo's; EVO-RAG's in its own grammar)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--no-baseline", action="store_true",
+        help="leave out the Search-R1 arm (it does not depend on the EVO-RAG arms' options)",
     )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
     tmp, workdir = open_workdir(args.workdir, "evo-rag-")
     results = []
     for seed in args.seeds:
-        runs = [
-            lambda s=seed: search_r1(workdir, s, args),
-            lambda s=seed: evo_rag(workdir, s, args, "evo_rag"),
-        ]
+        runs = [] if args.no_baseline else [lambda s=seed: search_r1(workdir, s, args)]
+        runs.append(lambda s=seed: evo_rag(workdir, s, args, "evo_rag"))
         if args.ablation:
             runs.append(
                 lambda s=seed: evo_rag(workdir, s, args, "two_stage_fixed", ["schedule.mode=two_stage_fixed"])

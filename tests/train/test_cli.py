@@ -123,6 +123,34 @@ def test_sft_on_quoting_oracle_demonstrations_and_its_guard(world_dir, tmp_path)
     assert result.exit_code != 0 and "has its own grammar" in str(result.exception)
 
 
+def test_evo_rag_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_path):
+    from ragrl.data.io import read_examples
+    from ragrl.rollout.engine import read_trajectories
+    from ragrl.synth.demonstrators import supporting_titles
+
+    paths = (
+        f"train.model.path={world_dir / 'model'}", f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}", *TINY, "rollout.max_turns=8", "rollout.max_new_tokens=96",
+    )  # fmt: skip
+    args = ["sft", "evo_rag-tiny", "--demos", "quote", "--out", str(tmp_path / "q"), *sets(*paths)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    examples = {e.id: e for e in read_examples(world_dir / "train.jsonl")[0]}
+    demos = read_trajectories(tmp_path / "q" / "demonstrations.jsonl")
+    assert len(demos) == len(examples)
+    for traj in demos:
+        example = examples[traj.example_id]
+        kinds = [a.kind for a in traj.actions]
+        assert "invalid" not in kinds, traj.example_id  # every quoted turn parses in EVO-RAG's grammar
+        if example.answerable:  # one search per hop, by the entity it is about, then the answer
+            queries = [a.content for a in traj.actions if a.kind == "search"]
+            assert queries == supporting_titles(example) and kinds[-1] == "answer"
+            assert traj.final_answer == example.answers[0]
+        else:  # the corpus cannot answer: it refuses where the quoting oracle answers `unknown`
+            assert kinds[-1] == "refuse"
+    assert {examples[t.example_id].answerable for t in demos} == {True, False}
+
+
 def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     out = tmp_path / "demo"
     args = ["demo", "--out", str(out), "--copy-steps", "3", *sets(*TINY, "train.steps=1")]

@@ -147,8 +147,8 @@ def sft(
         str,
         typer.Option(
             help="Demonstrations: a trajectory jsonl file, 'oracle' (the method's own oracle, else the "
-            "world's search oracle), 'quote' (the world's quoting oracle: entity queries, quoted evidence) "
-            "or 'heuristic' (the world's)."
+            "world's search oracle), 'quote' (the world's quoting oracle: entity queries, quoted evidence; "
+            "EVO-RAG's oracle speaks it in its own grammar) or 'heuristic' (the world's)."
         ),
     ],
     world: Annotated[
@@ -174,15 +174,17 @@ def sft(
             raise RagrlError(
                 "--demos oracle|quote|heuristic plays the demonstrator on train.data.train: set it"
             )
-        if demos == "quote" and method.oracle is not None:
+        world_json = world or Path(cfg.data.train).parent / "world.json"
+        if demos == "quote" and method.oracle is not None and not hasattr(method.oracle, "wrap"):
             raise RagrlError(
                 f"--demos quote writes Search-R1 turns; {method.name} has its own grammar and oracle "
                 "(--demos oracle)"
             )
         if demos == "oracle" and method.oracle is not None:
             demonstrator = method.oracle  # the method's own grammar (EVO-RAG's refusals, ...)
+        elif demos == "quote" and method.oracle is not None:  # its grammar around the quoting oracle
+            demonstrator = method.oracle.wrap(demonstrator_by_name(demos, world_json))
         else:
-            world_json = world or Path(cfg.data.train).parent / "world.json"
             demonstrator = demonstrator_by_name(demos, world_json)
         examples = method.prepare_examples(
             load_examples(cfg.data.train, "train.data.train"), "train.data.train"

@@ -298,17 +298,21 @@ class EvoRagProtocol(SearchR1Protocol):
 
 
 class EvoRagOracle:
-    """The synthetic world's search oracle in EVO-RAG's grammar: it searches each gold sub-question
-    (or supporting title), then answers; on a question the corpus cannot answer it refuses
-    (``<refuse/>``) instead of answering ``unknown``. Uses gold fields: an upper bound and a source of
-    SFT traces (the paper's unspecified warm start; ours)."""
+    """A world demonstrator in EVO-RAG's grammar: it plays ``inner`` (the world's search oracle by
+    default, which searches each gold sub-question; ``wrap(QuotingOracle())`` searches the entity each
+    hop is about and quotes the evidence, as the demo's warm start does) and, on a question the corpus
+    cannot answer, refuses (``<refuse/>``) where ``inner`` answers ``unknown``. Uses gold fields: an
+    upper bound and a source of SFT traces (the paper's unspecified warm start; ours)."""
 
-    name = "oracle"
-
-    def __init__(self) -> None:
+    def __init__(self, inner: Any = None) -> None:
         from ragrl.synth.demonstrators import OracleDemonstrator
 
-        self.inner = OracleDemonstrator()
+        self.inner = inner if inner is not None else OracleDemonstrator()
+        self.name = self.inner.name
+
+    def wrap(self, inner: Any) -> EvoRagOracle:
+        """This oracle around another world demonstrator (``ragrl sft --demos quote``)."""
+        return EvoRagOracle(inner)
 
     def next_turn(self, example: Example, history: list[Any]) -> str:
         text = self.inner.next_turn(example, history)
