@@ -120,8 +120,6 @@ def test_stage_configs_are_checked_when_the_config_loads():
     typo = "train.stages=[{name: a}, {name: b, overrides: ['train.grpo.advantage=grpoo']}]"
     with pytest.raises(RagrlError, match=r"train.stages\[1\] \(b\): train.grpo.advantage: unknown advantage"):
         load_method("search_r1-tiny", [typo])
-    with pytest.raises(RagrlError, match="LoRA run exports adapters only"):
-        load_method("search_r1-tiny", ["train.stages=[{name: a}]", "train.model.lora={r: 4}"])
 
 
 def test_a_crashed_stage_restarts_clean_and_a_finished_one_is_not_evaluated_twice(world_dir, tmp_path):
@@ -143,3 +141,51 @@ def test_a_crashed_stage_restarts_clean_and_a_finished_one_is_not_evaluated_twic
     assert {k for k in keys if not k.startswith("eval/method/")} == set(EVAL_METRICS)
     # the method's own diagnostics (Search-R1's) come as eval/method/<name>
     assert keys - set(EVAL_METRICS) == {"eval/method/valid_searches", "eval/method/response_len_with_info"}
+
+
+LORA = "train.model.lora={r: 4, alpha: 8, dropout: 0.0}"
+
+
+def _lora_weights(policy: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(policy / "adapter_model.safetensors"))
+
+
+def test_lora_stages_train_one_set_of_adapters_on(world_dir, tmp_path):
+    from ragrl.llm.hf_backend import TransformersBackend
+    from ragrl.methods.train_config import LoraConfig, ModelConfig
+    from ragrl.train.setup import load_policy
+
+    cfg = _config(world_dir, tmp_path, STAGES)
+    out = tmp_path / "run"
+    run_stages(cfg, [f"train.out={out}", LORA])
+    first, second = out / "stage-0-warmup" / "policy", out / "stage-1-main" / "policy"
+    # each stage exports adapters only, on the base model (recorded as an absolute path)
+    assert not (first / "model.safetensors").exists()
+    adapter = json.loads((first / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str((world_dir / "model").resolve())
+    # the second stage went on from the first one's adapters: B is no longer at its zero init, and moved
+    a, b = _lora_weights(first), _lora_weights(second)
+    lora_b = [k for k in a if "lora_B" in k]
+    assert lora_b and all(a[k].abs().sum() > 0 for k in lora_b)
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    # a stage's start: the saved adapters, trainable, the base frozen; other LoRA settings are refused
+    lora = LoraConfig(r=4, alpha=8, dropout=0.0)
+    model, _ = load_policy(ModelConfig(path=str(first), lora=lora), torch.device("cpu"))
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    loaded = {k: v for k, v in model.state_dict().items() if "lora_B" in k}
+    assert sum(float(v.abs().sum()) for v in loaded.values()) == pytest.approx(
+        sum(float(a[k].abs().sum()) for k in lora_b), rel=1e-6
+    )
+    with pytest.raises(RagrlError, match="holds LoRA adapters with"):
+        load_policy(ModelConfig(path=str(first), lora=LoraConfig(r=8)), torch.device("cpu"))
+    # evaluation (and a run without LoRA) merges the adapters into the base: same logits, no peft left
+    merged = TransformersBackend(second, device="cpu").model
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    peft_model, _ = load_policy(ModelConfig(path=str(second), lora=lora), torch.device("cpu"))
+    ids = torch.tensor([[1, 5, 9, 4, 7]])
+    with torch.no_grad():
+        expected = peft_model.eval()(input_ids=ids).logits
+        assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-5)
+        base = TransformersBackend(world_dir / "model", device="cpu").model
+        assert not torch.allclose(base(input_ids=ids).logits, expected, atol=1e-5)

@@ -22,6 +22,7 @@ KV caches (growing storage, the prefix cache across rollout turns): see ``ragrl.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,9 +85,32 @@ def load_tokenizer(path: str | Path) -> Any:
         ) from None
 
 
-def _load(path: Path, dtype: torch.dtype) -> Any:
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def adapter_base(path: Path) -> Path:
+    """The base model folder of the LoRA adapters saved in ``path`` (its ``adapter_config.json``'s
+    ``base_model_name_or_path``, a local folder)."""
+    config = path / ADAPTER_CONFIG
+    try:
+        base = json.loads(config.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise RagrlError(f"{config}: not a LoRA adapter config ({e})") from None
+    if not base or not Path(base).is_dir():
+        raise RagrlError(
+            f"{config}: base_model_name_or_path {base!r} is not a local model folder (the adapters need "
+            "the model they were trained on)"
+        )
+    return Path(base)
+
+
+def _load(path: Path, dtype: torch.dtype, *, keep_adapter: bool = False) -> Any:
     """The causal LM in a local folder; a folder transformers cannot load (empty, no weights, a broken
-    config or weights file) is a ``RagrlError`` naming it."""
+    config or weights file) is a ``RagrlError`` naming it. A folder of LoRA adapters (a LoRA run's
+    ``policy/`` or ``best/``) loads its base model with the adapters merged in, or, with
+    ``keep_adapter``, as a peft model whose adapters train on."""
+    if (path / ADAPTER_CONFIG).is_file():
+        return _load_adapter(path, dtype, keep_adapter)
     from transformers import AutoModelForCausalLM
 
     try:
@@ -99,6 +123,16 @@ def _load(path: Path, dtype: torch.dtype) -> Any:
         raise RagrlError(
             f"{path}: not a model folder transformers can load ({type(e).__name__}: {reason})"
         ) from None
+
+
+def _load_adapter(path: Path, dtype: torch.dtype, trainable: bool) -> Any:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise RagrlError(f"{path} holds LoRA adapters, which need peft: pip install 'ragrl[lora]'") from None
+    base = _load(adapter_base(path), dtype)
+    model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+    return model if trainable else model.merge_and_unload()
 
 
 class _StopMatcher:

@@ -137,9 +137,10 @@ def selective_log_softmax(
 
 def cache_keyword(model: torch.nn.Module) -> str:
     """The name ``model.forward`` takes the KV cache under: ``cache`` (transformers 5.24 renamed it, and
-    warns on the old name) or ``past_key_values``. The output field has the same name."""
+    warns on the old name) or ``past_key_values``. The output field has the same name. A PEFT or DDP
+    wrapper passes keyword arguments through: its causal LM's signature decides, here and below."""
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(_unwrapped(model).forward).parameters
     except (TypeError, ValueError):
         return "past_key_values"
     return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
@@ -150,7 +151,7 @@ def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     cached = getattr(model, "_ragrl_logits_to_keep", None)
     if cached is None:
         try:
-            cached = "logits_to_keep" in inspect.signature(model.forward).parameters
+            cached = "logits_to_keep" in inspect.signature(_unwrapped(model).forward).parameters
         except (TypeError, ValueError):
             cached = False
         try:

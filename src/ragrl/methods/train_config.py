@@ -387,11 +387,6 @@ class TrainConfig:
                 f"method's eval/method/<name>), got "
                 f"{self.best_metric!r}"
             )
-        if self.stages and self.model.lora is not None:
-            raise RagrlError(
-                "train.stages with train.model.lora: a stage hands its exported policy to the next, and "
-                "a LoRA run exports adapters only; train the stages without LoRA (or run them by hand)"
-            )
         names = [st.name for st in self.stages]
         if len(set(names)) != len(names) or not all(n.replace("-", "_").isidentifier() for n in names):
             raise RagrlError(f"train.stages: stage names must be distinct identifiers, got {names}")

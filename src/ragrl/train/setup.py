@@ -46,8 +46,10 @@ def make_accelerator(config: TrainConfig) -> Any:
 
 def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
     """The trainable policy and its tokenizer from a local folder, with LoRA and gradient checkpointing
-    applied as configured."""
-    from ragrl.llm.hf_backend import _load, load_tokenizer, resolve_dtype
+    applied as configured. A folder of LoRA adapters (an earlier LoRA run's ``policy/`` or ``best/``: a
+    training stage's start) goes on training those adapters under ``train.model.lora``, whose settings
+    must match them, and is merged into its base model for a run without LoRA."""
+    from ragrl.llm.hf_backend import ADAPTER_CONFIG, _load, load_tokenizer, resolve_dtype
 
     if not config.path:
         raise RagrlError("train.model.path: no model given (a local model folder, e.g. `ragrl model tiny`)")
@@ -55,7 +57,9 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
     if not path.is_dir():
         raise RagrlError(f"train.model.path: {path} is not a local model folder")
     dtype = resolve_dtype(config.dtype, device)
-    model = _load(path, dtype).to(device)
+    # absolute: a LoRA run's adapters record their base model's path, and a later stage loads it from there
+    adapters = (path / ADAPTER_CONFIG).is_file()
+    model = _load(path.resolve(), dtype, keep_adapter=config.lora is not None).to(device)
     tokenizer = load_tokenizer(path)
     if config.gradient_checkpointing:
         # transformers >= 5 renames it (the old name warns and will go in v6)
@@ -64,7 +68,9 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
         )
         enable()
         model.config.use_cache = False
-    if config.lora is not None:
+    if config.lora is not None and adapters:
+        _check_adapters(model, config.lora, path)
+    elif config.lora is not None:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError:
@@ -82,6 +88,18 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
         )
     model.train()
     return model, tokenizer
+
+
+def _check_adapters(model: Any, lora: Any, path: Path) -> None:
+    """Adapters loaded to train on must be the ones ``train.model.lora`` describes."""
+    saved = model.peft_config["default"]
+    found = {"r": saved.r, "alpha": saved.lora_alpha, "target_modules": sorted(saved.target_modules)}
+    wanted = {"r": lora.r, "alpha": lora.alpha, "target_modules": sorted(lora.target_modules)}
+    if found != wanted:
+        raise RagrlError(
+            f"train.model.path: {path} holds LoRA adapters with {found}, but train.model.lora asks for "
+            f"{wanted}; set train.model.lora to match them"
+        )
 
 
 def make_optimizer(model: Any, config: OptimConfig, total_steps: int) -> tuple[Any, Any]:
