@@ -151,3 +151,43 @@ def test_name_swap_config_errors(setup, world_dir, tmp_path):
     model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
     with pytest.raises(RagrlError, match="no.json not found"):
         SFTTrainer(method, method.train, setup[2], eval_examples=[], model=model, tokenizer=tokenizer)
+
+
+def test_a_renamed_world_reads_the_same_through_the_retriever(world_dir):
+    from ragrl.train.augment import RenamedRetriever, WorldRenaming
+
+    world = WorldRenaming(name_words(world_dir / "world.json"))
+    renaming = world.draw(random.Random(3))
+    assert sorted(renaming.mapping) == sorted(renaming.mapping.values()) == world.words  # a permutation
+    assert renaming.mapping == world.draw(random.Random(3)).mapping != world.draw(random.Random(4)).mapping
+    example = next(e for e in read_examples(world_dir / "train.jsonl")[0] if e.answerable and e.passages)
+    renamed = renaming.example(example)
+    assert renamed.question != example.question and renaming.backward(renamed.question) == example.question
+    assert [renaming.backward(a) for a in renamed.answers] == example.answers
+    assert example.decomposition  # the world's questions carry their sub-questions: renamed alike
+    for sub, real in zip(renamed.decomposition, example.decomposition, strict=True):
+        assert sub.answers == tuple(renaming.forward(a) for a in real.answers)
+        assert sub.question == renaming.forward(real.question)
+    assert (renamed.id, renamed.supporting_ids, renamed.metadata) == (
+        example.id,
+        example.supporting_ids,
+        example.metadata,
+    )
+    # a whole name word only: a word that merely starts with one stays
+    word = world.words[0]
+    assert (
+        renaming.forward(f"{word} {word}x {word}.")
+        == f"{renaming.mapping[word]} {word}x {renaming.mapping[word]}."
+    )
+
+    # the retriever: a renamed query finds the real query's passages, renamed; None is the real one
+    base = load_retriever(world_dir / "bm25")
+    retriever = RenamedRetriever(base)
+    gold = next(p for p in example.passages if p.id in example.supporting_ids)
+    real = base.search([gold.title], 2)[0]
+    assert retriever.search([gold.title], 2)[0] == real
+    retriever.renaming = renaming
+    seen = retriever.search([renaming.forward(gold.title)], 2)[0]
+    assert [h.id for h in seen] == [h.id for h in real] and [h.score for h in seen] == [h.score for h in real]
+    assert [h.passage.text for h in seen] == [renaming.forward(h.passage.text) for h in real]
+    assert seen[0].passage.title == renaming.forward(gold.title) != gold.title

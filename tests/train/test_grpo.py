@@ -528,3 +528,39 @@ def test_train_answerable_only_leaves_the_unanswerable_questions_out_and_says_so
     method = small_method(world_dir, tmp_path / "c", "train.data.train_answerable_only=true")
     with pytest.raises(RagrlError, match=f"all {len(only_unanswerable)} training questions are marked"):
         GRPOTrainer(method, method.train, train_examples=only_unanswerable, eval_examples=[])
+
+
+def test_rename_world_plays_each_step_in_a_renamed_world_and_evaluates_in_the_real_one(world_dir, tmp_path):
+    from ragrl.train.augment import RenamedRetriever
+
+    method = small_method(world_dir, tmp_path / "w", "train.grpo.rename_world=true")
+    trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    assert (
+        isinstance(trainer.rollout_retriever, RenamedRetriever)
+        and trainer.retriever is not trainer.rollout_retriever
+    )
+    real = {e.id: e for e in trainer.train_examples}
+    played = trainer._play(0, 4)
+    renaming = trainer.rollout_retriever.renaming
+    assert renaming is not None
+    for owner in played.owners:  # the questions and gold answers the reward read are the renamed ones
+        assert owner.question == renaming.forward(real[owner.id].question) != real[owner.id].question
+        assert owner.answers == [renaming.forward(a) for a in real[owner.id].answers]
+    # the next step draws another world; the same step of a rerun draws the same one
+    again = GRPOTrainer(method, method.train, eval_examples=[])
+    again._play(0, 4)
+    assert again.rollout_retriever.renaming.mapping == renaming.mapping
+    trainer.step()
+    trainer._play(0, 4)
+    assert trainer.rollout_retriever.renaming.mapping != renaming.mapping
+    assert trainer.retriever is trainer.rollout_retriever.base  # evaluation searches the real world
+
+
+def test_rename_world_needs_the_world(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    method = small_method(
+        world_dir, tmp_path / "c", "train.grpo.rename_world=true", f"train.sft.world={tmp_path / 'none.json'}"
+    )
+    with pytest.raises(RagrlError, match=r"train.grpo.rename_world needs the world's names: .*none.json"):
+        GRPOTrainer(method, method.train, eval_examples=[])

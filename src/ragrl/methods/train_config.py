@@ -119,6 +119,13 @@ class GRPOConfig:
     of a renamed episode is the same, but its facts are not the training questions', so the update
     teaches reading and copying rather than the training answers. Needs π_old from the renamed tokens
     (``old_logprobs`` auto or recompute)."""
+    rename_world: bool = False
+    """Play every step's rollouts in a renamed copy of the synthetic world (``ragrl.train.augment``,
+    the world of ``train.sft.world``): one random permutation of all the world's name words per step,
+    applied to the questions, their gold answers and every passage a search returns (a query is read
+    back into the real names before it is searched). The training questions' facts are new at every
+    step, so a rollout earns its reward by reading, never by recalling a training answer; evaluation
+    plays the real world."""
 
 
 @dataclass

@@ -19,14 +19,18 @@ tokenizer (``ragrl model tiny --tokenizer word``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ragrl.data.io import read_text
+from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
+from ragrl.retrieval.base import Hit
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Trajectory
 
@@ -78,16 +82,7 @@ class NameSwap:
     def for_run(cls, config: Any, tokenizer: Any, option: str) -> NameSwap:
         """The swap of a run's world: ``train.sft.world``, else the world.json next to
         ``train.data.train``; ``option`` (the setting that asked for it) names the error."""
-        world_json = config.sft.world or (
-            str(Path(config.data.train).parent / "world.json") if config.data.train else None
-        )
-        if world_json is None:
-            raise RagrlError(f"{option} needs the world's names: set train.sft.world (or train.data.train)")
-        if not Path(world_json).is_file():
-            raise RagrlError(
-                f"{option} needs the world's names: world.json {world_json} not found (set train.sft.world)"
-            )
-        return cls.from_world(world_json, tokenizer)
+        return cls.from_world(_world_json(config, option), tokenizer)
 
     @property
     def size(self) -> int:
@@ -120,3 +115,113 @@ class NameSwap:
             prompt_ids=[m.get(t, t) for t in sample.prompt_ids],
             completion_ids=[m.get(t, t) for t in sample.completion_ids],
         )
+
+
+def _world_json(config: Any, option: str) -> str:
+    """A run's world.json: ``train.sft.world``, else the one next to ``train.data.train``; ``option``
+    (the setting that needs it) names the error."""
+    world_json = config.sft.world or (
+        str(Path(config.data.train).parent / "world.json") if config.data.train else None
+    )
+    if world_json is None:
+        raise RagrlError(f"{option} needs the world's names: set train.sft.world (or train.data.train)")
+    if not Path(world_json).is_file():
+        raise RagrlError(
+            f"{option} needs the world's names: world.json {world_json} not found (set train.sft.world)"
+        )
+    return world_json
+
+
+class WorldRenaming:
+    """The world's name words, for rollouts played in a consistently renamed copy of the world
+    (``train.grpo.rename_world``).
+
+    ``NameSwap`` renames what reaches an update after the fact; this renames the world *before* the
+    policy plays it: each step draws a permutation of all of the world's name words (``draw``), and the
+    step's questions, gold answers and every passage a search returns are read through it
+    (``Renaming``, ``RenamedRetriever``). A training question's facts are then new at every step, so
+    a rollout can only earn its reward by searching and reading, never by recalling the training
+    answers; the held-out questions are played in the world as it is."""
+
+    def __init__(self, words: set[str] | list[str]) -> None:
+        self.words = sorted(words)
+        if len(self.words) < 2:
+            raise RagrlError("rename_world: the world has fewer than 2 name words")
+        # longest first, whole words only: "Brenim" is renamed in "Brenim's" but not inside "Brenimar"
+        alternatives = "|".join(re.escape(w) for w in sorted(self.words, key=lambda w: (-len(w), w)))
+        self.pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+    @classmethod
+    def for_run(cls, config: Any, option: str) -> WorldRenaming:
+        """The renaming of a run's world (``train.sft.world``, else next to ``train.data.train``)."""
+        return cls(name_words(_world_json(config, option)))
+
+    def draw(self, rng: random.Random) -> Renaming:
+        """A random one-to-one renaming of every name word."""
+        shuffled = list(self.words)
+        rng.shuffle(shuffled)
+        return Renaming(self.pattern, dict(zip(self.words, shuffled, strict=True)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Renaming:
+    """One permutation of the world's name words, applied to text (``forward``) and undone
+    (``backward``: a query written in the renamed world, read in the real one)."""
+
+    pattern: re.Pattern[str]
+    mapping: dict[str, str]
+
+    @functools.cached_property
+    def inverse(self) -> dict[str, str]:
+        return {v: k for k, v in self.mapping.items()}
+
+    def forward(self, text: str) -> str:
+        return self.pattern.sub(lambda m: self.mapping[m.group(0)], text)
+
+    def backward(self, text: str) -> str:
+        return self.pattern.sub(lambda m: self.inverse[m.group(0)], text)
+
+    def passage(self, p: Passage) -> Passage:
+        return Passage(p.id, self.forward(p.title), self.forward(p.text))
+
+    def example(self, ex: Example) -> Example:
+        """The question as it reads in the renamed world: question, gold answers, given passages and
+        decomposition renamed; ids, supporting ids and metadata kept."""
+        return dataclasses.replace(
+            ex,
+            question=self.forward(ex.question),
+            answers=[self.forward(a) for a in ex.answers],
+            passages=None if ex.passages is None else [self.passage(p) for p in ex.passages],
+            decomposition=None
+            if ex.decomposition is None
+            else [
+                dataclasses.replace(
+                    s, question=self.forward(s.question), answers=tuple(self.forward(a) for a in s.answers)
+                )
+                for s in ex.decomposition
+            ],
+        )
+
+
+class RenamedRetriever:
+    """A retriever seen from inside a renamed world: each query is read back into the real world's
+    names, searched, and its passages renamed (the same hits, ids and scores as the real search of
+    the real query). With ``renaming`` None it is the retriever itself."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.renaming: Renaming | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return self.base.fingerprint if self.renaming is None else f"{self.base.fingerprint}+renamed"
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        r = self.renaming
+        if r is None:
+            return self.base.search(queries, k)
+        found = self.base.search([r.backward(q) for q in queries], k)
+        return [[Hit(r.passage(h.passage), h.score) for h in hits] for hits in found]
+
+    def save(self, directory: str | Path) -> None:
+        self.base.save(directory)

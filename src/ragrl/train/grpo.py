@@ -49,7 +49,7 @@ from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
-from ragrl.train.augment import NameSwap
+from ragrl.train.augment import NameSwap, RenamedRetriever, WorldRenaming
 from ragrl.train.base import Trainer
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
 
@@ -126,7 +126,14 @@ class GRPOTrainer(Trainer):
         if g.kl_coef != 0.0 and config.model.lora is None:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
-        self.rollout = method.make_rollout(self.backend, self.retriever)
+        self.world: WorldRenaming | None = None
+        """``train.grpo.rename_world``: the world's name words; each round's rollouts search through
+        ``self.rollout_retriever`` renamed by one permutation of them."""
+        self.rollout_retriever: Any = self.retriever
+        if g.rename_world:
+            self.world = WorldRenaming.for_run(config, "train.grpo.rename_world")
+            self.rollout_retriever = RenamedRetriever(self.retriever)
+        self.rollout = method.make_rollout(self.backend, self.rollout_retriever)
         self.name_swap = None
         if g.name_swap:  # the world's names, renamed in the update's samples (ragrl.train.augment)
             self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.grpo.name_swap")
@@ -225,6 +232,10 @@ class GRPOTrainer(Trainer):
         else:
             indices = self.sampler.take(g.prompts_per_step)[offset : offset + per_process]
             examples = [self.train_examples[i] for i in indices]
+        if self.world is not None:  # the round's world: every name renamed, the same on every process
+            renaming = self.world.draw(random.Random(f"{cfg.seed}:{self.step_count}:{round_index}:world"))
+            self.rollout_retriever.renaming = renaming
+            examples = [renaming.example(ex) for ex in examples]
 
         # 2. G episodes per question with the method's rollout and the current policy
         seed = step_seed(cfg.seed, self.step_count, round_index)
