@@ -17,6 +17,7 @@ import torch
 
 from ragrl.algos import register_advantage
 from ragrl.algos.advantages import ADVANTAGES
+from ragrl.data.io import read_examples
 from ragrl.methods import load_method
 from ragrl.train.grpo import GRPOTrainer
 from ragrl.train.setup import TrainingDiverged
@@ -531,29 +532,70 @@ def test_train_answerable_only_leaves_the_unanswerable_questions_out_and_says_so
 
 
 def test_rename_world_plays_each_step_in_a_renamed_world_and_evaluates_in_the_real_one(world_dir, tmp_path):
+    from ragrl.rollout.scripted import ScriptedBackend
     from ragrl.train.augment import RenamedRetriever
 
-    method = small_method(world_dir, tmp_path / "w", "train.grpo.rename_world=true")
-    trainer = GRPOTrainer(method, method.train, eval_examples=[])
-    assert (
-        isinstance(trainer.rollout_retriever, RenamedRetriever)
-        and trainer.retriever is not trainer.rollout_retriever
+    method = small_method(
+        world_dir,
+        tmp_path / "w",
+        "train.grpo.rename_world=true",
+        "train.eval_every=1",
+        "train.data.eval_limit=2",
+    )
+    examples, _ = read_examples(world_dir / "dev.jsonl")
+    trainer = GRPOTrainer(method, method.train, eval_examples=examples[:2])
+    assert isinstance(trainer.rollout_retriever, RenamedRetriever)
+    drawn, searched = [], []  # the worlds drawn, and what the real index returned (real queries)
+    draw, search = trainer.world.draw, trainer.retriever.search
+    trainer.world.draw = lambda rng: drawn.append(draw(rng)) or drawn[-1]
+    trainer.retriever.search = lambda queries, k: (
+        searched.append((queries, search(queries, k))) or searched[-1][1]
+    )
+
+    def policy(prompt_ids: list[int], index: int) -> str:  # search the question, then answer
+        text = trainer.tokenizer.decode(prompt_ids)
+        if "(Title:" in text:  # a search came back
+            return "<answer> x </answer>"
+        names = [w for w in text.split("Question:")[-1].split() if w.strip("?.,") in drawn[-1].inverse]
+        return f"<search> {' '.join(w.strip('?.,') for w in names[:3])} </search>"  # the renamed names
+
+    trainer.rollout = method.make_rollout(
+        ScriptedBackend(trainer.tokenizer, policy), trainer.rollout_retriever
     )
     real = {e.id: e for e in trainer.train_examples}
     played = trainer._play(0, 4)
-    renaming = trainer.rollout_retriever.renaming
-    assert renaming is not None
+    (renaming,) = drawn
     for owner in played.owners:  # the questions and gold answers the reward read are the renamed ones
         assert owner.question == renaming.forward(real[owner.id].question) != real[owner.id].question
         assert owner.answers == [renaming.forward(a) for a in real[owner.id].answers]
-    # the next step draws another world; the same step of a rerun draws the same one
+    # the policy's queries were read back into the real names, and it read the hits renamed
+    queries = [
+        a.content for t in played.episodes for a in t.actions if a.kind == "search" and a.error is None
+    ]
+    asked = [q for batch, _ in searched for q in batch]
+    assert queries and sorted(asked) == sorted(renaming.backward(q) for q in queries)
+    seen = " ".join(s.text for t in played.episodes for s in t.segments if s.kind == "env")
+    titles = {h.passage.title for _, found in searched for hits in found for h in hits}
+    assert titles and all(f"(Title: {renaming.forward(title)})" in seen for title in titles)
+    assert any(renaming.forward(title) != title for title in titles)
+    assert trainer.rollout_retriever.renaming is None  # only the round's episodes play the renamed world
+    # the same step of a rerun draws the same world; the next step another
     again = GRPOTrainer(method, method.train, eval_examples=[])
+    again.world.draw = lambda rng: drawn.append(draw(rng)) or drawn[-1]
     again._play(0, 4)
-    assert again.rollout_retriever.renaming.mapping == renaming.mapping
-    trainer.step()
+    assert drawn[1].mapping == renaming.mapping
+    trainer.step()  # step 0 again (the same world), then step 1's
+    assert drawn[-1].mapping == renaming.mapping
     trainer._play(0, 4)
-    assert trainer.rollout_retriever.renaming.mapping != renaming.mapping
-    assert trainer.retriever is trainer.rollout_retriever.base  # evaluation searches the real world
+    assert drawn[-1].mapping != renaming.mapping
+    # evaluation searches the real world (the real index, no renaming)
+    searched.clear()
+    trainer.backend = ScriptedBackend(trainer.tokenizer, policy)
+    evaluated = trainer.evaluate("after")
+    assert evaluated["eval/n"] == 2 and trainer.rollout_retriever.renaming is None
+    questions = " ".join(e.question for e in examples[:2])
+    asked = [q for batch, _ in searched for q in batch]
+    assert asked and all(w in questions for q in asked for w in q.split())  # the real names, as written
 
 
 def test_rename_world_needs_the_world(world_dir, tmp_path):
@@ -564,3 +606,23 @@ def test_rename_world_needs_the_world(world_dir, tmp_path):
     )
     with pytest.raises(RagrlError, match=r"train.grpo.rename_world needs the world's names: .*none.json"):
         GRPOTrainer(method, method.train, eval_examples=[])
+    with pytest.raises(
+        RagrlError, match=r"rename_world renames the worlds of GRPO's rollouts; train.algo 'cycles'"
+    ):
+        small_method(
+            world_dir, tmp_path / "d", "train.grpo.rename_world=true", "train.algo=cycles"
+        ).train.validate()
+    r2ag = load_method(
+        "r2ag-tiny",
+        [
+            f"train.model.path={world_dir / 'model'}",
+            f"train.data.train={world_dir / 'train.jsonl'}",
+            f"train.data.index={world_dir / 'bm25'}",
+            f"train.out={tmp_path / 'e'}",
+            "train.grpo.rename_world=true",
+        ],
+    )
+    with pytest.raises(
+        RagrlError, match="the r2ag method grows its next questions from each step's episodes"
+    ):
+        GRPOTrainer(r2ag, r2ag.train, eval_examples=[])

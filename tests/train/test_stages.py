@@ -31,6 +31,7 @@ def _config(world: Path, tmp: Path, stages: list[dict], **train) -> Path:
         "search_r1-tiny",
         [
             f"train.model.path={world / 'model'}",
+            "train.model.dtype=float32",  # bit-equal weights are compared (auto is bfloat16 on a GPU)
             f"train.data.train={world / 'train.jsonl'}",
             f"train.data.eval={world / 'dev.jsonl'}",
             "train.data.eval_limit=3",
@@ -163,7 +164,9 @@ def test_lora_stages_train_one_set_of_adapters_on(world_dir, tmp_path):
     assert not (first / "model.safetensors").exists()
     adapter = json.loads((first / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == str((world_dir / "model").resolve())
-    # the second stage went on from the first one's adapters: B is no longer at its zero init, and moved
+    # the second stage went on from the first one's adapters: it was started from them, B is no longer
+    # at its zero init, and moved
+    assert OmegaConf.load(out / "stage-1-main" / "config.yaml").train.model.path == str(first)
     a, b = _lora_weights(first), _lora_weights(second)
     lora_b = [k for k in a if "lora_B" in k]
     assert lora_b and all(a[k].abs().sum() > 0 for k in lora_b)
@@ -179,6 +182,12 @@ def test_lora_stages_train_one_set_of_adapters_on(world_dir, tmp_path):
     )
     with pytest.raises(RagrlError, match="holds LoRA adapters with"):
         load_policy(ModelConfig(path=str(first), lora=LoraConfig(r=8)), torch.device("cpu"))
+    # adapters that do not fit their base are an error naming the folder
+    broken = tmp_path / "broken"
+    shutil.copytree(first, broken)
+    (broken / "adapter_model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(RagrlError, match=rf"{broken}: cannot load its LoRA adapters"):
+        load_policy(ModelConfig(path=str(broken), lora=lora), torch.device("cpu"))
     # evaluation (and a run without LoRA) merges the adapters into the base: same logits, no peft left
     merged = TransformersBackend(second, device="cpu").model
     assert not any("lora_" in n for n, _ in merged.named_parameters())

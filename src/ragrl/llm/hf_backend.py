@@ -101,7 +101,7 @@ def adapter_base(path: Path) -> Path:
             f"{config}: base_model_name_or_path {base!r} is not a local model folder (the adapters need "
             "the model they were trained on)"
         )
-    return Path(base)
+    return Path(base).resolve()
 
 
 def _load(path: Path, dtype: torch.dtype, *, keep_adapter: bool = False) -> Any:
@@ -131,7 +131,12 @@ def _load_adapter(path: Path, dtype: torch.dtype, trainable: bool) -> Any:
     except ImportError:
         raise RagrlError(f"{path} holds LoRA adapters, which need peft: pip install 'ragrl[lora]'") from None
     base = _load(adapter_base(path), dtype)
-    model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+    from safetensors import SafetensorError
+
+    try:
+        model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+    except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:
+        raise RagrlError(f"{path}: cannot load its LoRA adapters onto {adapter_base(path)} ({e})") from None
     return model if trainable else model.merge_and_unload()
 
 

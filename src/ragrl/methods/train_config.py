@@ -123,9 +123,10 @@ class GRPOConfig:
     """Play every step's rollouts in a renamed copy of the synthetic world (``ragrl.train.augment``,
     the world of ``train.sft.world``): one random permutation of all the world's name words per step,
     applied to the questions, their gold answers and every passage a search returns (a query is read
-    back into the real names before it is searched). The training questions' facts are new at every
-    step, so a rollout earns its reward by reading, never by recalling a training answer; evaluation
-    plays the real world."""
+    back into the real names before it is searched). The training questions' names and facts are new at
+    every step, so a rollout earns its reward by reading, never by recalling a training answer;
+    evaluation plays the real world. GRPO only (``train.algo: grpo``), and not for a method that grows
+    its own questions from the episodes (R²AG)."""
 
 
 @dataclass
@@ -357,6 +358,11 @@ class TrainConfig:
             )
         if not 0.0 <= g.name_swap <= 1.0:
             raise RagrlError(f"train.grpo.name_swap is a share of samples in [0, 1], got {g.name_swap}")
+        if g.rename_world and self.algo != "grpo":
+            raise RagrlError(
+                f"train.grpo.rename_world renames the worlds of GRPO's rollouts; train.algo {self.algo!r} "
+                "plays none (set it false)"
+            )
         if g.name_swap and g.old_logprobs == "rollout":
             raise RagrlError(
                 "train.grpo.name_swap renames the sampled tokens: their rollout log-probs no longer apply "

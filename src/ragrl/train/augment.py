@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import random
 import re
@@ -143,10 +144,10 @@ class WorldRenaming:
     a rollout can only earn its reward by searching and reading, never by recalling the training
     answers; the held-out questions are played in the world as it is."""
 
-    def __init__(self, words: set[str] | list[str]) -> None:
+    def __init__(self, words: set[str] | list[str], *, source: str = "the world") -> None:
         self.words = sorted(words)
         if len(self.words) < 2:
-            raise RagrlError("rename_world: the world has fewer than 2 name words")
+            raise RagrlError(f"rename_world: {source} has {len(self.words)} name words, too few to rename")
         # longest first, whole words only: "Brenim" is renamed in "Brenim's" but not inside "Brenimar"
         alternatives = "|".join(re.escape(w) for w in sorted(self.words, key=lambda w: (-len(w), w)))
         self.pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
@@ -154,7 +155,8 @@ class WorldRenaming:
     @classmethod
     def for_run(cls, config: Any, option: str) -> WorldRenaming:
         """The renaming of a run's world (``train.sft.world``, else next to ``train.data.train``)."""
-        return cls(name_words(_world_json(config, option)))
+        world_json = _world_json(config, option)
+        return cls(name_words(world_json), source=world_json)
 
     def draw(self, rng: random.Random) -> Renaming:
         """A random one-to-one renaming of every name word."""
@@ -170,6 +172,11 @@ class Renaming:
 
     pattern: re.Pattern[str]
     mapping: dict[str, str]
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short hash of the permutation (what a retriever's fingerprint adds for it)."""
+        return hashlib.sha256(json.dumps(sorted(self.mapping.items())).encode()).hexdigest()[:12]
 
     @functools.cached_property
     def inverse(self) -> dict[str, str]:
@@ -214,7 +221,8 @@ class RenamedRetriever:
 
     @property
     def fingerprint(self) -> str:
-        return self.base.fingerprint if self.renaming is None else f"{self.base.fingerprint}+renamed"
+        r = self.renaming
+        return self.base.fingerprint if r is None else f"{self.base.fingerprint}+renamed-{r.digest}"
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         r = self.renaming

@@ -146,6 +146,12 @@ class GRPOTrainer(Trainer):
                     f"train.grpo.refill_rounds: the {method.name} method trains on its own rounds of "
                     "questions, which grow from each step's episodes; set refill_rounds to 0"
                 )
+            if g.rename_world:
+                raise RagrlError(
+                    f"train.grpo.rename_world: the {method.name} method grows its next questions from each "
+                    "step's episodes, which would carry one step's renamed world into the next; set "
+                    "rename_world to false"
+                )
             self.source = method.task_source(self.train_examples, config.seed)
             self.acc.register_for_checkpointing(self.source)
 
@@ -234,12 +240,18 @@ class GRPOTrainer(Trainer):
             examples = [self.train_examples[i] for i in indices]
         if self.world is not None:  # the round's world: every name renamed, the same on every process
             renaming = self.world.draw(random.Random(f"{cfg.seed}:{self.step_count}:{round_index}:world"))
-            self.rollout_retriever.renaming = renaming
             examples = [renaming.example(ex) for ex in examples]
 
-        # 2. G episodes per question with the method's rollout and the current policy
+        # 2. G episodes per question with the method's rollout and the current policy (in the round's
+        # renamed world with rename_world, and only for these episodes)
         seed = step_seed(cfg.seed, self.step_count, round_index)
-        episodes = self.rollout.run(examples, seed=seed, first_group=first_group)
+        if self.world is not None:
+            self.rollout_retriever.renaming = renaming
+        try:
+            episodes = self.rollout.run(examples, seed=seed, first_group=first_group)
+        finally:
+            if self.world is not None:
+                self.rollout_retriever.renaming = None
 
         # 3. rewards, each named component kept for logging; one batch, so judges see it whole
         ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)

@@ -70,6 +70,10 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
         model.config.use_cache = False
     if config.lora is not None and adapters:
         _check_adapters(model, config.lora, path)
+        if config.gradient_checkpointing:
+            # the adapters were loaded before checkpointing was on: the frozen embeddings' outputs must
+            # require grad, or a reentrant checkpoint (transformers 4.x) gives the adapters no gradient
+            model.enable_input_require_grads()
     elif config.lora is not None:
         try:
             from peft import LoraConfig, get_peft_model
@@ -93,8 +97,18 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
 def _check_adapters(model: Any, lora: Any, path: Path) -> None:
     """Adapters loaded to train on must be the ones ``train.model.lora`` describes."""
     saved = model.peft_config["default"]
-    found = {"r": saved.r, "alpha": saved.lora_alpha, "target_modules": sorted(saved.target_modules)}
-    wanted = {"r": lora.r, "alpha": lora.alpha, "target_modules": sorted(lora.target_modules)}
+    found = {
+        "r": saved.r,
+        "alpha": saved.lora_alpha,
+        "dropout": saved.lora_dropout,
+        "target_modules": sorted(saved.target_modules),
+    }
+    wanted = {
+        "r": lora.r,
+        "alpha": lora.alpha,
+        "dropout": lora.dropout,
+        "target_modules": sorted(lora.target_modules),
+    }
     if found != wanted:
         raise RagrlError(
             f"train.model.path: {path} holds LoRA adapters with {found}, but train.model.lora asks for "
