@@ -182,6 +182,13 @@ def test_lora_stages_train_one_set_of_adapters_on(world_dir, tmp_path):
     )
     with pytest.raises(RagrlError, match="holds LoRA adapters with"):
         load_policy(ModelConfig(path=str(first), lora=LoraConfig(r=8)), torch.device("cpu"))
+    # with gradient checkpointing the loaded adapters still get gradients
+    checkpointed, _ = load_policy(
+        ModelConfig(path=str(first), lora=lora, gradient_checkpointing=True), torch.device("cpu")
+    )
+    checkpointed(input_ids=torch.tensor([[1, 5, 9, 4, 7]])).logits.sum().backward()
+    grads = [p.grad for n, p in checkpointed.named_parameters() if "lora_A" in n]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
     # adapters that do not fit their base are an error naming the folder
     broken = tmp_path / "broken"
     shutil.copytree(first, broken)
