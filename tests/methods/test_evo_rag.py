@@ -3,6 +3,8 @@ the spec's worked examples (§2.6) as test vectors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -276,6 +278,23 @@ def test_the_answer_verifier_and_a_judge_verdict_parser():
     assert parse_verdict('sure: {"enough_evidence": "No"}') == "no" and parse_verdict("maybe") is None
     with pytest.raises(RagrlError, match="takes no settings"):
         score(traj, ["rewards.verifier={kind: gold, model: x}"])
+
+
+def test_the_corpus_verifier_judges_a_refusal_by_the_questions_answerability():
+    # an immediate refusal: the gold verifier backs it (no evidence in context), the corpus one does not
+    # when the corpus can answer the question, and does when it cannot
+    refuse_at_once = episode(("refuse", "unknown"))
+    assert score(refuse_at_once).step_components["ref"] == [1.0]
+    assert score(refuse_at_once, ["rewards.verifier={kind: corpus}"]).step_components["ref"] == [-1.0]
+    unanswerable = dataclasses.replace(EX, metadata={"answerable": False})
+    assert score(refuse_at_once, ["rewards.verifier={kind: corpus}"], unanswerable).step_components[
+        "ref"
+    ] == [1.0]
+    # whatever the evidence: every gold passage found, the corpus verdict is still the question's own
+    found = episode(("search", "q0", ["g1", "g2"]), ("refuse", "unknown"))
+    assert score(found, ["rewards.verifier={kind: corpus}"], unanswerable).step_components["ref"][1] == 1.0
+    with pytest.raises(RagrlError, match="takes no settings"):
+        score(found, ["rewards.verifier={kind: corpus, strict: true}"])
 
 
 def test_truncation_and_the_step_cost():

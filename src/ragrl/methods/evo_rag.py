@@ -147,8 +147,9 @@ class RewardParams:
     act_denominator: str = "t_max"
     step_cost: float = -1.0
     verifier: dict[str, Any] = field(default_factory=lambda: {"kind": "gold"})
-    """r_ref's evidence-sufficiency verifier: ``{kind: gold}`` (offline proxy), ``{kind: answer}``, or a
-    judge client spec (``{kind: openai, model, base_url, ...}``, ``{kind: local, path}``, ``cached``)."""
+    """r_ref's evidence-sufficiency verifier: ``{kind: gold}`` (offline proxy), ``{kind: answer}``,
+    ``{kind: corpus}`` (the question's answerability, a deviation: docs/evo_rag.md), or a judge client
+    spec (``{kind: openai, model, base_url, ...}``, ``{kind: local, path}``, ``cached``)."""
     variant: str = "squad"
     """r_ans's answer normalisation (squad = the HotpotQA script)."""
 

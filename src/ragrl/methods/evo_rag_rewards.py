@@ -20,7 +20,9 @@ scheduler (``ragrl.methods.evo_rag``) weights them, and ``R_t = Σ_k w_k(t)·r_k
 The evidence D_{≤t} the verifier reads is what is still in the agent's context before step ``t``: the
 passages of the searches that no BACKTRACK took back (``active_steps``). The verifier is pluggable
 (``verifier``): ``{kind: gold}`` (the offline proxy: every gold document is in the evidence),
-``{kind: answer}`` (a gold answer's tokens all occur in the evidence text), or any judge client
+``{kind: answer}`` (a gold answer's tokens all occur in the evidence text), ``{kind: corpus}`` (a
+deviation: the corpus can answer the question, ``Example.answerable``, whatever is in context), or any
+judge client
 (``ragrl.metrics.judge_clients.make_judge``: an OpenAI-compatible endpoint, a local model, a cache)
 asked for ``{"enough_evidence": "yes"|"no"}``. Verdicts are cached per (question, evidence) and kept on
 the trajectory (``metadata["evo_rag"]["verdicts"]``), with each step's max cosine.
@@ -211,14 +213,16 @@ def _evidence_text(trajectory: Trajectory, t: int) -> str:
 def check_verifier(verifier: dict[str, Any] | None) -> None:
     """A verifier spec's kind, checked when the method loads (a judge's own settings when it is built)."""
     kind = (verifier or {"kind": "gold"}).get("kind")
-    if kind in ("gold", "answer"):
+    if kind in ("gold", "answer", "corpus"):
         if len(verifier or {}) > 1:
             raise RagrlError(
                 f"rewards.verifier: kind {kind} takes no settings, got {sorted(set(verifier) - {'kind'})}"
             )
         return
     if kind not in ("openai", "local", "cached"):
-        raise RagrlError(f"rewards.verifier.kind: gold, answer, openai, local or cached, got {kind!r}")
+        raise RagrlError(
+            f"rewards.verifier.kind: gold, answer, corpus, openai, local or cached, got {kind!r}"
+        )
 
 
 def verify(requests: list[tuple[Trajectory, Example, int]], verifier: dict[str, Any] | None) -> list[str]:
@@ -232,6 +236,9 @@ def verify(requests: list[tuple[Trajectory, Example, int]], verifier: dict[str, 
     verdicts: list[str | None] = []
     asks: list[tuple[int, tuple[str, str, tuple[str, ...], str], list[dict[str, str]]]] = []
     for i, (trajectory, example, t) in enumerate(requests):
+        if kind == "corpus":  # the question's own answerability: no refusal of an answerable question pays
+            verdicts.append("yes" if example.answerable else "no")
+            continue
         if kind == "gold":
             verdicts.append(
                 "yes" if _gold(example, "evo_ref") <= set(evidence_ids(trajectory.actions, t)) else "no"
