@@ -598,7 +598,7 @@ def test_rename_world_plays_each_step_in_a_renamed_world_and_evaluates_in_the_re
     assert asked and all(w in questions for q in asked for w in q.split())  # the real names, as written
 
 
-def test_rename_world_needs_the_world(world_dir, tmp_path):
+def test_rename_world_config_errors(world_dir, tmp_path):
     from ragrl.errors import RagrlError
 
     method = small_method(

@@ -130,13 +130,13 @@ def _load_adapter(path: Path, dtype: torch.dtype, trainable: bool) -> Any:
         from peft import PeftModel
     except ImportError:
         raise RagrlError(f"{path} holds LoRA adapters, which need peft: pip install 'ragrl[lora]'") from None
-    base = _load(adapter_base(path), dtype)
     from safetensors import SafetensorError
 
+    base_path = adapter_base(path)
     try:
-        model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+        model = PeftModel.from_pretrained(_load(base_path, dtype), str(path), is_trainable=trainable)
     except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as e:
-        raise RagrlError(f"{path}: cannot load its LoRA adapters onto {adapter_base(path)} ({e})") from None
+        raise RagrlError(f"{path}: cannot load its LoRA adapters onto {base_path} ({e})") from None
     return model if trainable else model.merge_and_unload()
 
 

@@ -18,6 +18,7 @@ tokenizer (``ragrl model tiny --tokenizer word``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -25,6 +26,7 @@ import json
 import random
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +225,15 @@ class RenamedRetriever:
     def fingerprint(self) -> str:
         r = self.renaming
         return self.base.fingerprint if r is None else f"{self.base.fingerprint}+renamed-{r.digest}"
+
+    @contextlib.contextmanager
+    def playing(self, renaming: Renaming) -> Iterator[None]:
+        """Searches inside ``renaming``'s world for the ``with`` block only."""
+        self.renaming = renaming
+        try:
+            yield
+        finally:
+            self.renaming = None
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         r = self.renaming

@@ -238,20 +238,17 @@ class GRPOTrainer(Trainer):
         else:
             indices = self.sampler.take(g.prompts_per_step)[offset : offset + per_process]
             examples = [self.train_examples[i] for i in indices]
+        world: Any = nullcontext()
         if self.world is not None:  # the round's world: every name renamed, the same on every process
             renaming = self.world.draw(random.Random(f"{cfg.seed}:{self.step_count}:{round_index}:world"))
             examples = [renaming.example(ex) for ex in examples]
+            world = self.rollout_retriever.playing(renaming)
 
         # 2. G episodes per question with the method's rollout and the current policy (in the round's
         # renamed world with rename_world, and only for these episodes)
         seed = step_seed(cfg.seed, self.step_count, round_index)
-        if self.world is not None:
-            self.rollout_retriever.renaming = renaming
-        try:
+        with world:
             episodes = self.rollout.run(examples, seed=seed, first_group=first_group)
-        finally:
-            if self.world is not None:
-                self.rollout_retriever.renaming = None
 
         # 3. rewards, each named component kept for logging; one batch, so judges see it whole
         ctx = RewardContext(step=self.step_count, total_steps=cfg.steps)

@@ -97,23 +97,17 @@ def load_policy(config: ModelConfig, device: torch.device) -> tuple[Any, Any]:
 def _check_adapters(model: Any, lora: Any, path: Path) -> None:
     """Adapters loaded to train on must be the ones ``train.model.lora`` describes."""
     saved = model.peft_config["default"]
-    found = {
-        "r": saved.r,
-        "alpha": saved.lora_alpha,
-        "dropout": saved.lora_dropout,
-        "target_modules": sorted(saved.target_modules),
-    }
-    wanted = {
-        "r": lora.r,
-        "alpha": lora.alpha,
-        "dropout": lora.dropout,
-        "target_modules": sorted(lora.target_modules),
-    }
+    found = _lora_settings(saved.r, saved.lora_alpha, saved.lora_dropout, saved.target_modules)
+    wanted = _lora_settings(lora.r, lora.alpha, lora.dropout, lora.target_modules)
     if found != wanted:
         raise RagrlError(
             f"train.model.path: {path} holds LoRA adapters with {found}, but train.model.lora asks for "
             f"{wanted}; set train.model.lora to match them"
         )
+
+
+def _lora_settings(r: int, alpha: float, dropout: float, targets: Any) -> dict[str, Any]:
+    return {"r": r, "alpha": alpha, "dropout": dropout, "target_modules": sorted(targets)}
 
 
 def make_optimizer(model: Any, config: OptimConfig, total_steps: int) -> tuple[Any, Any]:
