@@ -8,7 +8,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
-from ragrl.errors import DataError
+from ragrl.errors import DataError, RagrlError
 from ragrl.llm.tiny import train_tokenizer
 from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
 from ragrl.methods.search_r1 import SearchR1Protocol
@@ -261,6 +261,72 @@ def counted(turns: list[str]):
     return policy
 
 
+def test_an_invalid_turn_is_resampled_before_it_counts(bm25):
+    # two episodes in one batch: the first writes two invalid turns before a search, the second is
+    # valid at once; resample_invalid=2 regenerates only the invalid row, one batched call per attempt
+    tries: dict[int, int] = {}
+
+    def policy(prompt_ids, index):
+        if turn_of(prompt_ids) > 0:
+            return "<answer> England </answer>"
+        q = 0 if "Turing" in TOK.decode(prompt_ids) else 1
+        tries[q] = tries.get(q, 0) + 1
+        if q == 1:
+            return "<search> Paris capital </search>"
+        return ["no action here", "<search> </search>", "<search> Alan Turing born </search>"][tries[q] - 1]
+
+    eng, backend = engine(policy, bm25, resample_invalid=2, seed=3)
+    first, second = eng.run([example(0), example(1, "What is Paris?")])
+    assert [a.kind for a in first.actions] == ["search", "answer"] and first.num_invalid == 0
+    assert [a.kind for a in second.actions] == ["search", "answer"] and "resampled" not in second.metadata
+    discarded = first.metadata["resampled"]
+    assert [(d["turn"], d["error"]) for d in discarded] == [
+        (0, "no <search> or <answer> block"),
+        (0, "empty query"),
+    ]
+    assert discarded[0]["text"].startswith("no action here") and discarded[1]["text"] == "<search> </search>"
+    # the record holds the kept turn only, and its step context is the prompt
+    assert [s.kind for s in first.segments] == ["policy", "env", "policy"]
+    assert first.segments[0].text == "<search> Alan Turing born </search>"
+    # turn 0 (2 rows), then a resample of 1 row with its own seed stream, another, then turn 1
+    assert [n for n, _ in backend.calls] == [2, 1, 1, 2]
+    assert len({p.seeds for _, p in backend.calls[:3]}) == 3
+
+
+def test_resampling_that_stays_invalid_counts_once_and_gets_the_corrective(bm25):
+    turns = ["<search> </search>", "<answer> </answer>", "<answer> England </answer>"]
+    eng, backend = engine(counted(turns), bm25, resample_invalid=1)
+    [traj] = eng.run([example()])
+    assert [a.kind for a in traj.actions] == ["invalid", "answer"] and traj.num_invalid == 1
+    assert [(d["text"], d["error"]) for d in traj.metadata["resampled"]] == [
+        ("<search> </search>", "empty query")
+    ]
+    assert traj.segments[0].text == "<answer> </answer>" and traj.actions[0].error == "empty answer"
+    assert traj.segments[1].text == PROTOCOL.corrective(traj.actions[0])
+    # at temperature 0 a resample would repeat itself: none is made
+    turns = ["<search> </search>", "<answer> England </answer>"]
+    eng, backend = engine(counted(turns), bm25, resample_invalid=3, temperature=0.0)
+    [traj] = eng.run([example()])
+    assert [a.kind for a in traj.actions] == ["invalid", "answer"] and "resampled" not in traj.metadata
+
+
+def test_an_invalid_turn_can_be_taken_as_the_answer(bm25):
+    eng, _ = engine(counted(["<think> it is England </think> England, surely </search>"]), bm25,
+                    invalid_fallback="answer", max_turns=3)  # fmt: skip
+    [traj] = eng.run([example()])
+    assert traj.final_answer == "England, surely" and traj.finish_reason == "answer"
+    assert [a.kind for a in traj.actions] == ["answer"] and traj.metadata["fallback_answers"] == [0]
+    # a turn with nothing after its thinking stays invalid and gets the corrective
+    eng, _ = engine(counted(["<think> hmm </think></answer>", "<answer> England </answer>"]), bm25,
+                    invalid_fallback="answer")  # fmt: skip
+    [traj] = eng.run([example()])
+    assert [a.kind for a in traj.actions] == ["invalid", "answer"]
+    with pytest.raises(RagrlError, match="invalid_fallback must be one of corrective, answer"):
+        RolloutConfig(invalid_fallback="guess")
+    with pytest.raises(RagrlError, match="resample_invalid must be >= 0"):
+        RolloutConfig(resample_invalid=-1)
+
+
 def test_max_obs_tokens(bm25):
     # a cut observation loses its closing </information>: count calls, not observations
     eng, _ = engine(counted(TWO_SEARCHES), bm25, max_obs_tokens=7)
@@ -314,6 +380,22 @@ def test_batching_one_call_per_turn_and_groups(bm25):
     assert [len(q) for q in retr.calls] == [4, 2]
     assert [p.seed for _, p in backend.calls] == [turn_seed(5, t) for t in range(3)]
     assert all(t.finish_reason == "answer" for t in trajs)
+
+
+def test_greedy_samples_decode_greedily_beside_the_sampled_ones(bm25):
+    eng, backend = engine(script(TWO_SEARCHES), bm25, n=3, greedy_samples=1, temperature=0.8, seed=2)
+    trajs = eng.run([example(0), example(1, "What is Paris?")])
+    assert [t.metadata.get("greedy", False) for t in trajs] == [True, False, False, True, False, False]
+    # each turn: one call for the 2 greedy episodes at temperature 0, one for the 4 sampled ones
+    calls = [(n, p.temperature) for n, p in backend.calls]
+    assert calls == [(2, 0.0), (4, 0.8)] * 3
+    from ragrl.rollout.engine import episode_seed
+
+    # each episode keeps its own seed, whichever call it is in
+    assert backend.calls[1][1].seeds == tuple(episode_seed(2, 0, g, s) for g in (0, 1) for s in (1, 2))
+    assert all(t.final_answer == "England" for t in trajs)
+    with pytest.raises(RagrlError, match="greedy_samples must be >= 0"):
+        RolloutConfig(greedy_samples=-1)
 
 
 def test_config_n_and_seed_defaults(bm25):

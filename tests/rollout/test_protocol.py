@@ -167,11 +167,13 @@ class BacktrackingProtocol(LookupProtocol):
 
     name = "backtracking"
     backtracks = True
-    stop = ("</lookup>", "</final>", "<back/>")
+    stop = ("</lookup>", "</final>", "<back/>", "</back>")
 
     def parse(self, text, turn):
         if "<back/>" in text:
             return Action("backtrack", turn=turn)
+        if (span := last_span_of(text, ("back",))) is not None:
+            return Action("backtrack", content=span.content.strip(), turn=turn)
         return super().parse(text, turn)
 
 
@@ -244,7 +246,7 @@ def test_reflection_and_backtrack_edge_cases():
     [traj] = engine.run([ex])
     assert traj.finish_reason == "answer" and not traj.truncated and len(traj.segments) == 1
 
-    # a backtrack as the first turn drops only itself; one that ends with EOS ends the episode
+    # a backtrack as the first turn has nothing to take back: it is invalid and gets the corrective
     def stepwise(replies, protocol):  # noqa: ANN001, ANN202
         it = iter(replies)
         backend = ScriptedBackend(tokenizer(), lambda p, i: next(it))
@@ -252,10 +254,63 @@ def test_reflection_and_backtrack_edge_cases():
         return t
 
     traj = stepwise(["<back/>", "<final> Paris </final>"], BacktrackingProtocol())
-    assert traj.final_answer == "Paris" and traj.metadata["contexts"] == [[], []]
+    assert [(a.kind, a.error) for a in traj.actions] == [
+        ("invalid", "backtrack: nothing to take back"),
+        ("answer", None),
+    ]
+    assert traj.final_answer == "Paris" and traj.metadata["contexts"] == [[], [0, 1]]
+    assert traj.segments[1].text == "\n[invalid]\n"
 
     class BackWithoutStop(BacktrackingProtocol):
         stop = ("</lookup>", "</final>")  # "<back/>" does not stop the turn: EOS ends it
 
-    traj = stepwise(["<back/> and that is all"], BackWithoutStop())
-    assert traj.finish_reason == "eos" and [a.kind for a in traj.actions] == ["backtrack"]
+    traj = stepwise(["<lookup> Paris </lookup>", "<back/> and that is all"], BackWithoutStop())
+    assert traj.finish_reason == "eos" and [a.kind for a in traj.actions] == ["search", "backtrack"]
+
+
+def test_a_numbered_backtrack_goes_back_to_just_before_that_step():
+    from ragrl.rollout.backtrack import active_steps
+    from ragrl.rollout.stepwise import StepwiseRollout
+
+    retriever = BM25Retriever.build(
+        [Passage.make("Paris", "Paris is the capital of France."), Passage.make("Lyon", "Lyon is in France.")]
+    )
+    replies = [
+        "<lookup> Paris </lookup>",  # hop 1
+        "<lookup> Lyon </lookup>",  # hop 2
+        "<lookup> France </lookup>",  # hop 3
+        "<back>4</back>",  # no hop 4: invalid, its corrective becomes hop 4
+        "<back>2</back>",  # back to just before hop 2: hops 2, 3 and 4 leave the context
+        "<back>x</back>",  # not a number: invalid (hop 2 of the new context)
+        "<back/>",  # takes back that invalid step
+        "<final> Paris </final>",
+    ]
+    seen: list[list[int]] = []
+
+    def policy(prompt, i):  # noqa: ANN001, ANN202
+        seen.append(list(prompt))
+        return replies[len(seen) - 1]
+
+    rollout = StepwiseRollout(
+        ScriptedBackend(tokenizer(), policy),
+        retriever,
+        BacktrackingProtocol(),
+        RolloutConfig(k=1, max_turns=8),
+    )
+    [traj] = rollout.run([Example("q", "What is the capital of France?", ["Paris"])])
+    kinds = [a.kind for a in traj.actions]
+    assert kinds == ["search", "search", "search", "invalid", "backtrack", "invalid", "backtrack", "answer"]
+    assert traj.actions[3].error == "backtrack: no step 4 to go back to (the context holds steps 1 to 3)"
+    # this toy protocol passes "x" on; the core finds no step x
+    assert traj.actions[5].error == "backtrack: no step x to go back to (the context holds steps 1 to 1)"
+    contexts = traj.metadata["contexts"]
+    seg = traj.segments
+    assert contexts[4] == [0, 1, 2, 3, 4, 5, 6, 7]  # the three hops and the corrective
+    assert contexts[5] == [0, 1]  # after <back>2</back>: hop 1 only
+    assert contexts[6] == [0, 1, 9, 10]  # hop 1, then the invalid step and its corrective
+    assert contexts[7] == [0, 1] and seen[7] == traj.prompt_ids + seg[0].token_ids + seg[1].token_ids
+    # the rewards' view of the context agrees with the engine's, step by step
+    for t, context in enumerate(contexts):
+        steps = active_steps(traj.actions, t)
+        policy_at = [i for i, s in enumerate(seg) if s.kind == "policy"]
+        assert [policy_at[j] for j in steps] == [i for i in context if seg[i].kind == "policy"]

@@ -42,6 +42,7 @@ marked ``"length"``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from ragrl.data.schema import Example
 from ragrl.errors import DataError, RagrlError
 from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
 from ragrl.retrieval.base import Retriever
+from ragrl.rollout.backtrack import hops_kept, invalid_backtrack
 from ragrl.rollout.limits import LONG_QUESTION_MODES, check_prompt_length
 from ragrl.rollout.protocol import Protocol, squash_ws
 from ragrl.rollout.registry import ROLLOUTS, register_rollout
@@ -61,6 +63,9 @@ from ragrl.rollout.trajectory import Action, Segment, Trajectory
 FINISH_REASONS = ("answer", "eos", "max_turns", "max_tokens", "invalid_limit")
 FOLLOWUP_STEP = 1_000
 """Follow-up generations sample with the seeds of step ``FOLLOWUP_STEP + turn``."""
+RESAMPLE_STEP = 100_000
+"""The ``a``-th resample of an invalid turn samples with the seeds of step ``a * RESAMPLE_STEP + turn``."""
+INVALID_FALLBACKS = ("corrective", "answer")
 
 
 @dataclass
@@ -84,8 +89,20 @@ class RolloutConfig:
     """Default seed of ``run`` (each turn's generate call gets a seed derived from it and the turn)."""
     n: int = 1
     """Samples per example (the GRPO group size)."""
+    greedy_samples: int = 0
+    """The first this many samples of each example decode greedily (temperature 0), the others sample
+    at ``temperature``: a GRPO group then weighs the policy's greedy episode against its samples
+    (``metadata["greedy"]``). 0: every sample samples."""
     max_invalid: int | None = None
     """End the episode after this many invalid actions (None: only the turn limit applies)."""
+    resample_invalid: int = 0
+    """Sample an invalid action's turn again, up to this many times, before it counts (EVO-RAG §1.6;
+    not at temperature 0, where a resample repeats itself). Each discarded generation is kept in the
+    trajectory's ``metadata["resampled"]`` (turn, text, error). 0: an invalid action counts at once."""
+    invalid_fallback: str = "corrective"
+    """What an action that is still invalid gets: ``corrective`` (the protocol's corrective message; the
+    step is spent) or ``answer`` (its text after any thinking block is taken as the final answer,
+    ``Protocol.fallback_answer``; the turn is listed in ``metadata["fallback_answers"]``)."""
     final_answer_turn: bool = False
     """After ``max_turns``, give unfinished episodes one more turn whose searches are not executed
     (the Search-R1 / Eval-RAR code lineage); off by default."""
@@ -107,6 +124,15 @@ class RolloutConfig:
             raise RagrlError(
                 f"rollout.long_questions must be one of {', '.join(LONG_QUESTION_MODES)}, "
                 f"got {self.long_questions!r}"
+            )
+        if not isinstance(self.greedy_samples, int) or self.greedy_samples < 0:
+            raise RagrlError(f"rollout.greedy_samples must be >= 0, got {self.greedy_samples!r}")
+        if not isinstance(self.resample_invalid, int) or self.resample_invalid < 0:
+            raise RagrlError(f"rollout.resample_invalid must be >= 0, got {self.resample_invalid!r}")
+        if self.invalid_fallback not in INVALID_FALLBACKS:
+            raise RagrlError(
+                f"rollout.invalid_fallback must be one of {', '.join(INVALID_FALLBACKS)}, "
+                f"got {self.invalid_fallback!r}"
             )
         if self.max_invalid is not None and self.max_invalid < 1:
             raise RagrlError(f"rollout.max_invalid must be >= 1 or null, got {self.max_invalid!r}")
@@ -179,12 +205,19 @@ class _Episode:
         self.active.append(len(self.traj.segments) - 1)
         self.steps[-1].append(len(self.traj.segments) - 1)
 
-    def backtrack(self) -> None:
-        """Drop the backtrack step itself and the step before it from the active context; the record
-        keeps every segment, and the step count goes on (EVO-RAG's BACKTRACK)."""
-        for step in self.steps[-2:]:
-            self.active = [i for i in self.active if i not in step]
-        del self.steps[-2:]
+    @property
+    def hops(self) -> int:
+        """The steps in the active context before the current one (what a backtrack may take back)."""
+        return len(self.steps) - 1
+
+    def backtrack(self, keep: int) -> None:
+        """Keep the first ``keep`` hops in the active context and drop the later ones and the backtrack
+        step itself (``ragrl.rollout.backtrack``); the record keeps every segment, and the step count
+        goes on (EVO-RAG's BACKTRACK)."""
+        for step in self.steps[keep:]:
+            dropped = set(step)
+            self.active = [i for i in self.active if i not in dropped]
+        del self.steps[keep:]
 
 
 @register_rollout("multi_turn")
@@ -279,6 +312,8 @@ class RolloutEngine:
                     prompt_ids=list(prompt),
                     metadata={"group": first_group + g, "sample": s, "protocol": self.protocol.name},
                 )
+                if s < cfg.greedy_samples:
+                    traj.metadata["greedy"] = True
                 episodes.append(_Episode(ex, traj))
 
         for turn in range(cfg.max_turns):
@@ -327,10 +362,15 @@ class RolloutEngine:
         if not pairs:
             return
         generated = self._generate(pairs, turn, seed, self.protocol.stop)
+        if cfg.resample_invalid and cfg.temperature > 0:
+            self._resample_invalid(pairs, generated, turn, seed)
         searches: list[tuple[_Episode, Action]] = []
         for (ep, _), (text, finish) in zip(pairs, generated, strict=True):
-            action = self.protocol.safe_parse(text, turn)
-            action.turn = turn
+            action = self._parse(ep, text, turn)
+            if action.kind == "invalid" and cfg.invalid_fallback == "answer" and not ep.reflecting:
+                action = self.protocol.fallback_answer(text, action)
+                if action.kind != "invalid":
+                    ep.traj.metadata.setdefault("fallback_answers", []).append(turn)
             if ep.reflecting and action.kind == "invalid":
                 # a reflection pass that neither searches nor answers again declines to revise: the
                 # episode ends with the answer it gave (the turn is kept as a "reflect" action)
@@ -340,7 +380,7 @@ class RolloutEngine:
             ep.traj.actions.append(action)
 
             if self.protocol.is_backtrack(action):
-                ep.backtrack()  # the step before and this one leave the context; the turn count goes on
+                ep.backtrack(hops_kept(action, ep.hops)[0])  # those steps leave the context; t goes on
                 if finish == "eos":
                     self._finish(ep, "eos", truncated=False, t0=t0)
                 continue
@@ -396,6 +436,42 @@ class RolloutEngine:
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
 
+    def _parse(self, ep: _Episode, text: str, turn: int) -> Action:
+        """The action of the episode's turn; a backtrack that cannot be carried out is invalid."""
+        action = self.protocol.safe_parse(text, turn)
+        action.turn = turn
+        if self.protocol.is_backtrack(action):
+            action = invalid_backtrack(action, ep.hops) or action
+        return action
+
+    def _resample_invalid(
+        self, pairs: list[tuple[_Episode, int]], generated: list[tuple[str, str]], turn: int, seed: int | None
+    ) -> None:
+        """``resample_invalid``: the turns whose action is invalid are generated again (a fresh seed
+        stream per attempt, one batched call per attempt) until valid or out of attempts; ``generated``
+        is updated in place. A reflection pass is not resampled (an invalid one declines to revise), nor
+        a greedy episode (it would repeat itself)."""
+        for attempt in range(1, self.config.resample_invalid + 1):
+            redo = []
+            for i, ((ep, _), (text, _)) in enumerate(zip(pairs, generated, strict=True)):
+                action = self._parse(ep, text, turn)
+                if action.kind == "invalid" and not ep.reflecting and not ep.traj.metadata.get("greedy"):
+                    redo.append(i)
+                    ep.traj.segments.pop()  # the turn leaves the record, its step and its context
+                    ep.active.pop()
+                    ep.steps.pop()
+                    ep.contexts.pop()
+                    ep.traj.metadata.setdefault("resampled", []).append(
+                        {"turn": turn, "text": text, "error": action.error}
+                    )
+            if not redo:
+                return
+            again = self._generate(
+                [pairs[i] for i in redo], attempt * RESAMPLE_STEP + turn, seed, self.protocol.stop
+            )
+            for i, result in zip(redo, again, strict=True):
+                generated[i] = result
+
     def _context_ids(self, ep: _Episode) -> list[int]:
         """The tokens after the prompt that the policy sees: its active segments, in order."""
         return [t for i in ep.active for t in ep.traj.segments[i].token_ids]
@@ -413,9 +489,10 @@ class RolloutEngine:
         *,
         new_step: bool = True,
     ) -> list[tuple[str, str]]:
-        """One batched generate call: each episode's prompt plus its segments so far, at most its
-        allowance of new tokens; appends each generation as a policy segment and returns
-        ``(text, finish_reason)`` per episode. ``step`` derives the sampling seeds."""
+        """One batched generate call (two with ``greedy_samples``: the greedy episodes and the sampled
+        ones): each episode's prompt plus its segments so far, at most its allowance of new tokens;
+        appends each generation as a policy segment and returns ``(text, finish_reason)`` per episode.
+        ``step`` derives the sampling seeds."""
         cfg = self.config
         prompts = [ep.traj.prompt_ids + self._context_ids(ep) for ep, _ in pairs]
         seeds = None
@@ -424,14 +501,29 @@ class RolloutEngine:
                 episode_seed(seed, step, ep.traj.metadata["group"], ep.traj.metadata["sample"])
                 for ep, _ in pairs
             )
-        params = cfg.sampling(max(a for _, a in pairs), stop, turn_seed(seed, step), seeds)
+        # one generate call, or two when the batch holds greedy episodes (greedy_samples) and sampled ones
+        greedy = [bool(ep.traj.metadata.get("greedy")) for ep, _ in pairs]
+        gens: list[Generation | None] = [None] * len(pairs)
         t = time.perf_counter()
-        gens = self.backend.generate(prompts, params)
+        for mode in dict.fromkeys(greedy):
+            rows = [i for i, g in enumerate(greedy) if g == mode]
+            params = cfg.sampling(
+                max(pairs[i][1] for i in rows),
+                stop,
+                turn_seed(seed, step),
+                None if seeds is None else tuple(seeds[i] for i in rows),
+            )
+            if mode:
+                params = dataclasses.replace(params, temperature=0.0)
+            out_rows = self.backend.generate([prompts[i] for i in rows], params)
+            if len(out_rows) != len(rows):
+                raise RagrlError(f"backend returned {len(out_rows)} generations for {len(rows)} prompts")
+            for i, gen in zip(rows, out_rows, strict=True):
+                gens[i] = gen
         dt = time.perf_counter() - t
-        if len(gens) != len(prompts):
-            raise RagrlError(f"backend returned {len(gens)} generations for {len(prompts)} prompts")
         out = []
         for (ep, a), gen in zip(pairs, gens, strict=True):
+            assert gen is not None  # every row belongs to one of the calls
             ep.t_generate += dt
             ids, logprobs, finish = _cut(gen, a)
             text = self._decode(ids)

@@ -103,6 +103,7 @@ def strip_tags(text: str, tags: Sequence[str]) -> str:
 
 
 _WS = re.compile(r"\s+")
+_MARKUP = re.compile(r"</?[A-Za-z][\w-]*/?>")
 
 
 def squash_ws(text: str) -> str:
@@ -201,6 +202,14 @@ class Protocol(ABC):
     def is_backtrack(self, action: Action) -> bool:
         """A backtrack drops the previous step from the context the policy sees (``backtracks``)."""
         return self.backtracks and action.kind == "backtrack"
+
+    def fallback_answer(self, text: str, invalid: Action) -> Action:
+        """``rollout.invalid_fallback: answer``: an invalid turn's text taken as the final answer (EVO-RAG
+        §1.6): what follows the last ``</think>`` (all of it without one), tags removed, whitespace
+        collapsed. A turn with no such text stays ``invalid``."""
+        body = text.rpartition("</think>")[2] if "</think>" in text else text
+        answer = squash_ws(_MARKUP.sub(" ", body))
+        return Action("answer", content=answer, turn=invalid.turn) if answer else invalid
 
     def safe_parse(self, text: str, turn: int) -> Action:
         """``parse``, with any exception turned into an invalid action (a last line of defence)."""

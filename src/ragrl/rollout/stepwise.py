@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
+from ragrl.rollout.backtrack import hops_kept
 from ragrl.rollout.engine import RolloutEngine, _Episode
 from ragrl.rollout.registry import register_rollout
 from ragrl.rollout.sample import Sample
@@ -57,7 +58,7 @@ class StepwiseRollout(RolloutEngine):
                     ep.active.append(i)
                     ep.steps[-1].append(i)
                 if self.protocol.is_backtrack(action):
-                    ep.backtrack()
+                    ep.backtrack(hops_kept(action, ep.hops)[0])
                 ep.invalid += action.kind == "invalid"
             note = self.protocol.final_turn_note
             last = ep.traj.segments[-1]
