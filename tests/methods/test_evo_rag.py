@@ -81,6 +81,8 @@ def score(traj: Trajectory, overrides=(), example: Example = EX):
             "Mars Pathfinder launch site",
         ),
         ("<backtrack/>", "backtrack", ""),
+        ("<backtrack> 2 </backtrack>", "backtrack", "2"),  # back to just before step 2
+        ("<backtrack>3</backtrack> or rather <backtrack/>", "backtrack", ""),  # the later form counts
         ("<think>nothing found</think><refuse/>", "refuse", "unknown"),
         ("<answer> Florida </answer>", "answer", "Florida"),
         ("<search>a</search> then <search>b</search>", "search", "b"),  # the same kind twice: the last
@@ -101,6 +103,9 @@ def test_parse_reads_one_action_after_the_thinking(text, kind, content):
         ("<think>a <search>q</search>", "unclosed <think>"),
         ("<search>  </search>", "empty query"),
         ("<answer></answer>", "empty answer"),
+        ("<backtrack>two</backtrack>", "<backtrack>k</backtrack> takes a step number k >= 1"),
+        ("<backtrack>0</backtrack>", "<backtrack>k</backtrack> takes a step number k >= 1"),
+        ("<backtrack>1</backtrack><refuse/>", "more than one action (refuse, backtrack)"),
     ],
 )
 def test_parse_counts_ambiguous_or_missing_actions_as_invalid(text, error):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -75,6 +76,38 @@ def test_reward_prints_every_step_and_each_episode_return(tmp_path):
     assert steps[5]["ref"] == 1.0 and steps[5]["action"]["verdict"] == "no"
     episodes = [x for x in lines if "return" in x]
     assert len(episodes) == 2 and episodes[0]["return"] == pytest.approx(sum(x["R_t"] for x in steps[:3]))
+
+
+def test_the_step_log_can_show_each_query_embedding(tmp_path):
+    gold, completions = _files(tmp_path, FOUND)
+    args = ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)]
+    plain = [json.loads(x) for x in CliRunner().invoke(app, args).output.splitlines()]
+    assert not any("embedding" in x.get("action", {}) for x in plain)
+    result = CliRunner().invoke(app, [*args, "--set", "rewards.log_embeddings=true"])
+    assert result.exit_code == 0, result.output
+    steps = [x for x in map(json.loads, result.output.splitlines()) if "t" in x]
+    first, second = (np.array(x["action"]["embedding"]) for x in steps[:2])
+    assert first.shape == (384,) and np.linalg.norm(first) == pytest.approx(1.0, abs=1e-4)  # all-MiniLM-L6-v2
+    assert steps[1]["action"]["max_cos"] == pytest.approx(float(first @ second), abs=1e-4)
+    assert "embedding" not in steps[2]["action"]  # the answer has no query
+    assert [x["R_t"] for x in steps] == [x["R_t"] for x in plain if "t" in x]  # the rewards are the same
+
+
+def test_a_saved_backtrack_with_nothing_to_take_back_is_scored_as_invalid(tmp_path):
+    # as in the live rollout: no step to take back, so no r_bt, only the step cost
+    record = {
+        "id": "q1",
+        "completion": "<backtrack/>\nThat was not a valid action.\n<refuse/>",
+        "retrieved_ids": [],
+    }
+    gold, completions = _files(tmp_path, record)
+    result = CliRunner().invoke(
+        app, ["reward", "evo_rag", "--completions", str(completions), "--gold", str(gold)]
+    )
+    assert result.exit_code == 0, result.output
+    steps = [x for x in map(json.loads, result.output.splitlines()) if "t" in x]
+    assert [x["action"]["kind"] for x in steps] == ["invalid", "refuse"]
+    assert (steps[0]["bt"], steps[0]["step"]) == (0.0, -1.0)
 
 
 def test_reward_names_the_line_of_a_bad_ids_field(tmp_path):

@@ -190,6 +190,40 @@ def test_a_sibling_search_runs_only_where_the_engine_would_run_it():
     assert _not_executed(1, "stop", closed, None) == "no retriever"
 
 
+def test_a_sibling_backtrack_is_carried_out_as_the_engine_would(world_dir):
+    from ragrl.rollout.scripted import ScriptedBackend
+
+    method = _method(world_dir, Path("unused"))
+    _, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    retriever = load_retriever(world_dir / "bm25")
+    examples = read_examples(world_dir / "train.jsonl")[0][:1]
+    script = {"mode": "play"}
+
+    def policy(prompt_ids, index):  # the episode searches, then answers; every sibling backtracks
+        if script["mode"] == "siblings":
+            return "<backtrack/>"
+        return (
+            "<answer> x </answer>"
+            if "</information>" in tokenizer.decode(prompt_ids[-3:])
+            else "<search> a </search>"
+        )
+
+    backend = ScriptedBackend(tokenizer, policy)
+    episodes = method.make_rollout(backend, retriever).run(examples, n=1, seed=1)
+    assert [a.kind for a in episodes[0].actions] == ["search", "answer"]
+    script["mode"] = "siblings"
+    states = sample_siblings(
+        method, backend, retriever, episodes, examples, n_candidates=2, temperature=1.0, seed=1
+    )
+    first, second = (s.candidates[1] for s in states)
+    # at step 0 there is nothing to take back: invalid, answered with the corrective, no r_bt
+    assert (first.action.kind, first.action.error) == ("invalid", "backtrack: nothing to take back")
+    assert first.branch.segments[-1].text == method.protocol.corrective(first.action)
+    assert first.weighted["bt"] == 0.0
+    # at step 1 it takes back the search: r_bt = -1, weighted by δ(1)
+    assert second.action.kind == "backtrack" and second.weighted["bt"] < 0
+
+
 def test_resuming_an_episode_prefix_replays_the_episode(world_dir):
     """The step-wise engine rebuilt from a recorded prefix (its context, a backtrack's effect) and played
     on with the same seeds gives back the very episode the prefix was cut from."""

@@ -2,7 +2,9 @@
 
 **The agent (§1).** At every step the policy writes, after an optional ``<think>`` block, exactly one
 action: ``<search>sub-query</search>`` (the retriever's passages come back in ``<information>``),
-``<backtrack/>`` (the last step and its evidence leave the context; the step count goes on),
+``<backtrack/>`` (the last step and its evidence leave the context; the step count goes on;
+``<backtrack>k</backtrack>`` goes back to just before step k of the context, ``ragrl.rollout.backtrack``;
+with nothing to take back it is invalid),
 ``<answer>span</answer>`` or ``<refuse/>`` (both end the episode; a refusal's answer is
 ``protocol.refusal_answer``, the synthetic world's answer to an unanswerable question). Text with no
 action tag, or with tags of two kinds, is an invalid step: it is counted, answered with a corrective,
@@ -142,6 +144,8 @@ class RewardParams:
     encoder: str | None = None
     """r_dup / r_act: a local sentence-transformers directory (None: the bundled all-MiniLM-L6-v2)."""
     clip_dup_at_zero: bool = False
+    log_embeddings: bool = False
+    """Keep each sub-query's embedding (the r_dup encoder's) for the per-step log (``ragrl reward``)."""
     act_progress: float = 0.3
     act_dup_threshold: float = 0.0
     act_denominator: str = "t_max"
@@ -166,7 +170,7 @@ def reward_spec(schedule: ScheduleConfig, params: RewardParams) -> list[dict[str
             "denominator": p.act_denominator,
             "t_max": schedule.t_max,
         },
-        "dup": {"encoder": p.encoder, "clip_at_zero": p.clip_dup_at_zero},
+        "dup": {"encoder": p.encoder, "clip_at_zero": p.clip_dup_at_zero, "log_embeddings": p.log_embeddings},
         "bt": {},
         "ref": {"verifier": dict(p.verifier)},
         "step": {"cost": p.step_cost},
@@ -214,7 +218,7 @@ class EvoRagProtocol(SearchR1Protocol):
 
     name = "evo_rag"
     backtracks = True
-    stop = ("</search>", "</answer>", "<backtrack/>", "<refuse/>")
+    stop = ("</search>", "</answer>", "<backtrack/>", "</backtrack>", "<refuse/>")
 
     def __init__(self, config: EvoRagProtocolConfig | None = None) -> None:
         super().__init__(config or EvoRagProtocolConfig())
@@ -237,6 +241,14 @@ class EvoRagProtocol(SearchR1Protocol):
         for kind, marker in MARKERS.items():
             if marker in body:
                 found[kind] = None
+        numbered = find_spans(body, "backtrack")  # <backtrack>k</backtrack>: back to before step k
+        if numbered and numbered[-1].start > body.rfind(MARKERS["backtrack"]):
+            k = squash_ws(numbered[-1].content)
+            if not (k.isdigit() and int(k) >= 1):
+                return Action(
+                    "invalid", turn=turn, error="<backtrack>k</backtrack> takes a step number k >= 1"
+                )
+            found["backtrack"] = k
         if not found:
             return Action("invalid", turn=turn, error="no action tag")
         if len(found) > 1:

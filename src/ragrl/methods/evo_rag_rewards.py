@@ -44,6 +44,7 @@ from ragrl.errors import RagrlError
 from ragrl.metrics.answer import cover_em, exact_match, f1
 from ragrl.metrics.judge_clients import JudgeClient, complete_all, make_judge, snippet
 from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.backtrack import active_steps
 from ragrl.rollout.trajectory import Action, Trajectory
 
 T_MAX = 20
@@ -68,19 +69,6 @@ _MARKUP = re.compile(r"</?[A-Za-z][\w-]*/?>")
 def executed(action: Action) -> bool:
     """A search the environment ran (parsed, not cut by a budget)."""
     return action.kind == "search" and action.error is None
-
-
-def active_steps(actions: Sequence[Action], t: int) -> list[int]:
-    """The steps still in the agent's context just before step ``t``: each BACKTRACK takes back the step
-    before it (the engine drops that step and the backtrack turn from the context; spec §1.3)."""
-    stack: list[int] = []
-    for i, action in enumerate(actions[:t]):
-        if action.kind == "backtrack":
-            if stack:
-                stack.pop()
-        else:
-            stack.append(i)
-    return stack
 
 
 def step_observations(trajectory: Trajectory) -> list[str]:
@@ -159,25 +147,35 @@ def query_encoder(model: str | None = None) -> QueryEncoder:
     return QueryEncoder(model)
 
 
-def max_cosines(trajectories: Sequence[Trajectory], encoder: str | None = None) -> list[list[float | None]]:
+def max_cosines(
+    trajectories: Sequence[Trajectory], encoder: str | None = None, keep_embeddings: bool = False
+) -> list[list[float | None]]:
     """Per episode and step: for a SEARCH, the largest cosine between its sub-query and any earlier
     sub-query of the episode (backtracked ones included; ``None`` for the first); ``None`` for other
-    actions. Every sub-query of the batch is embedded in one call."""
+    actions. Every sub-query of the batch is embedded in one call. With ``keep_embeddings`` each
+    search's unit-norm query embedding is kept in ``metadata["evo_rag"]["query_embeddings"]`` (for the
+    per-step log)."""
     queries = [a.content for t in trajectories for a in t.actions if a.kind == "search" and a.content]
     vectors = query_encoder(encoder).embed(queries) if queries else {}
     out: list[list[float | None]] = []
     for trajectory in trajectories:
         earlier: list[np.ndarray] = []
         row: list[float | None] = []
+        kept: list[list[float] | None] = []
         for action in trajectory.actions:
             if action.kind != "search" or not action.content:
                 row.append(None)
+                kept.append(None)
                 continue
             v = vectors[action.content]
             row.append(max(float(v @ e) for e in earlier) if earlier else None)
+            kept.append([round(float(x), 6) for x in v])
             earlier.append(v)
         out.append(row)
-        trajectory.metadata.setdefault("evo_rag", {})["max_cos"] = row
+        info = trajectory.metadata.setdefault("evo_rag", {})
+        info["max_cos"] = row
+        if keep_embeddings:
+            info["query_embeddings"] = kept
     return out
 
 
@@ -315,13 +313,15 @@ def overlap_penalty(
     ctx: RewardContext,
     encoder: str | None = None,
     clip_at_zero: bool = False,
+    log_embeddings: bool = False,
 ) -> list[list[float]]:
     """r_dup: −max cosine of a SEARCH's sub-query to the earlier ones (0 for the first; a negative
-    cosine is a small bonus unless ``clip_at_zero``)."""
+    cosine is a small bonus unless ``clip_at_zero``). ``log_embeddings`` keeps each query's embedding
+    for the per-step log."""
     for trajectory in trajectories:
         _check_steps(trajectory)
     out = []
-    for row in max_cosines(trajectories, encoder):
+    for row in max_cosines(trajectories, encoder, keep_embeddings=log_embeddings):
         values = [0.0 if c is None else -c for c in row]
         out.append([min(v, 0.0) for v in values] if clip_at_zero else values)
     return out
@@ -407,9 +407,11 @@ def answer_reward(
 
 def step_log(trajectory: Trajectory) -> list[dict[str, Any]]:
     """Each step's action as the per-step log shows it: kind, query or answer, passage ids and titles,
-    the max cosine to earlier sub-queries and the verifier's verdict (where computed)."""
+    the max cosine to earlier sub-queries, the query's embedding (with ``rewards.log_embeddings``) and
+    the verifier's verdict (where computed)."""
     info = trajectory.metadata.get("evo_rag", {})
     cos = info.get("max_cos") or [None] * len(trajectory.actions)
+    embeddings = info.get("query_embeddings") or [None] * len(trajectory.actions)
     verdicts = info.get("verdicts", {})
     out = []
     for t, action in enumerate(trajectory.actions):
@@ -417,6 +419,8 @@ def step_log(trajectory: Trajectory) -> list[dict[str, Any]]:
         if action.kind == "search":
             row.update(doc_ids=action.retrieved_ids, titles=action.retrieved_titles)
             row["max_cos"] = None if cos[t] is None or not math.isfinite(cos[t]) else round(cos[t], 4)
+            if embeddings[t] is not None:
+                row["embedding"] = embeddings[t]
         if action.error:
             row["error"] = action.error
         if str(t) in verdicts:
