@@ -398,7 +398,7 @@ def test_induction_sequences_copy_spans_of_the_body():
                     assert any(body[j] == ids[i - 1] and body[j + 1] == ids[i] for j in range(len(body) - 1))
 
 
-def test_copy_pretraining_is_recorded_and_deterministic(data_dir, tmp_path):
+def test_copy_pretraining_is_recorded_and_deterministic(data_dir, tmp_path, capfd):
     config = TinyConfig(hidden=64, layers=2, heads=4, intermediate=128)
     plain = create_tiny_policy(data_dir, tmp_path / "plain", seed=0, config=config)
     copy = CopyPretraining(steps=6, batch_size=4, long_steps=2, long_length=64)
@@ -406,6 +406,10 @@ def test_copy_pretraining_is_recorded_and_deterministic(data_dir, tmp_path):
     info = read_tiny_info(taught)["copy_pretraining"]
     # the target (0.95 over the last 10 steps) cannot be reached in 6 steps: no long phase
     assert info["steps"] == 6 and not info["reached_target"] and info["long_steps"] == 0
+    # ... and the user is told so in words, not in unrendered markup
+    err = capfd.readouterr().err
+    assert "warning: copy pre-training: accuracy 0.00 after 6 steps did not reach 0.95" in err
+    assert "[yellow]" not in err
     assert {"copy_accuracy@20", "copy_accuracy@80", "copy_accuracy@200", "copy_loss"} <= set(info)
     assert read_tiny_info(plain)["copy_pretraining"] is None
     again = create_tiny_policy(data_dir, tmp_path / "again", seed=0, config=config, copy=copy)

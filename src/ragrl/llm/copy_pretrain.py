@@ -114,7 +114,7 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     phase, the last copy loss and accuracy, held-out copy accuracy at distances 20 / 80 / 200, seconds)."""
     import torch
 
-    from ragrl.console import console, progress_bar
+    from ragrl.console import console, progress_bar, styled
 
     skip = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
     words = sorted(i for t, i in tokenizer.get_vocab().items() if i not in skip and t.strip().isalpha())
@@ -171,9 +171,13 @@ def copy_pretrain(model: Any, tokenizer: Any, config: CopyPretraining, *, seed: 
     model.eval()
     if config.steps and not reached:
         console.print(
-            f"[yellow]copy pre-training: accuracy {sum(recent) / max(len(recent), 1):.2f} after "
-            f"{short_steps} steps did not reach {config.target_accuracy}: no induction circuit yet, "
-            "long phase skipped (allow more steps)[/yellow]"
+            styled(
+                "warning:",
+                "yellow",
+                f"copy pre-training: accuracy {sum(recent) / max(len(recent), 1):.2f} after {short_steps} "
+                f"steps did not reach {config.target_accuracy}: no induction circuit yet, long phase "
+                "skipped (allow more steps)",
+            )
         )
     held_out = {
         f"copy_accuracy@{d}": round(copy_accuracy(model, words, bos, distance=d), 4) for d in (20, 80, 200)
