@@ -22,6 +22,8 @@ is scored with its final policy and with the policy it keeps (best dev EM).
         --set train.sft.batch_size=32 --search-r1-set rollout.temperature=1.0 ...  # the demo's recipe
     python benchmarks/evo_rag_vs_search_r1.py --arm 'best3:schedule.keep=[best3]' \
         --arm 'bt:schedule.keep=[bt]' --arm 'half:rewards.step_cost=-0.5'  # Tables 6 and 5, the step cost
+    python benchmarks/evo_rag_vs_search_r1.py --no-baseline --set schedule.mode=two_stage_fixed \
+        --warm-start 'runs/evo/corpus-{seed}/warm_start/policy'  # from a saved warm start (no SFT)
 """
 
 from __future__ import annotations
@@ -148,7 +150,8 @@ def evo_rag(
 ) -> dict[str, Any]:
     """One EVO-RAG arm: ``evo_rag-tiny`` with ``overrides`` (``schedule.mode=two_stage_fixed``, a
     component mask ``schedule.keep=[bt,ans]``, ``rewards.step_cost=-0.5``, ...)."""
-    data, index, model_dir = world(workdir, seed, args.copy_steps)
+    warm_start = Path(args.warm_start.format(seed=seed)) if args.warm_start else None
+    data, index, model_dir = world(workdir, seed, args.copy_steps, policy=warm_start is None)
     out = workdir / f"{arm}-{seed}"
     paths = [
         f"train.seed={seed}",
@@ -167,27 +170,29 @@ def evo_rag(
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
     t0 = time.perf_counter()
-    acc = make_accelerator(method.train)
-    model, tokenizer = load_policy(method.train.model, acc.device)
-    oracle = method.oracle.wrap(QuotingOracle()) if args.quote else method.oracle
-    demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
-    sft = SFTTrainer(
-        method,
-        method.train,
-        demos,
-        run_dir=out / "warm_start",
-        eval_examples=[],
-        retriever=retriever,
-        accelerator=acc,
-        model=model,
-        tokenizer=tokenizer,
-    )
-    sft.train()
-    before = measure(TransformersBackend(sft.policy, tokenizer, batch_size=128), retriever, method, test)
+    if warm_start is None:
+        warm_start = out / "warm_start" / "policy"
+        acc = make_accelerator(method.train)
+        model, tokenizer = load_policy(method.train.model, acc.device)
+        oracle = method.oracle.wrap(QuotingOracle()) if args.quote else method.oracle
+        demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
+        sft = SFTTrainer(
+            method,
+            method.train,
+            demos,
+            run_dir=out / "warm_start",
+            eval_examples=[],
+            retriever=retriever,
+            accelerator=acc,
+            model=model,
+            tokenizer=tokenizer,
+        )
+        sft.train()
+    before = measure(_policy(warm_start), retriever, method, test)
     t1 = time.perf_counter()
     run_stages(
         "evo_rag-tiny",
-        [*paths, *extra, f"train.model.path={out / 'warm_start' / 'policy'}", f"train.out={out / 'stages'}"],
+        [*paths, *extra, f"train.model.path={warm_start}", f"train.out={out / 'stages'}"],
     )
     train_seconds = time.perf_counter() - t1
     final, kept = (
@@ -256,6 +261,11 @@ def main() -> None:
     ap.add_argument(
         "--no-baseline", action="store_true",
         help="leave out the Search-R1 arm (it does not depend on the EVO-RAG arms' options)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--warm-start", default=None, metavar="DIR",
+        help="EVO-RAG's warm-start policy folder, '{seed}' for the seed (skips its SFT; every arm starts "
+        "from it): runs/evo/corpus-{seed}/warm_start/policy",
     )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()

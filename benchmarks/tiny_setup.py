@@ -84,9 +84,9 @@ def warm_start_then_grpo(method: Any, demonstrator: Any, train: list, retriever:
     )  # fmt: skip
 
 
-def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
+def world(workdir: Path, seed: int, copy_steps: int, policy: bool = True) -> tuple[Path, Path, Path]:
     """The folders of seed ``seed``'s world, its BM25 index and its tiny policy with the demo's copy
-    pre-training (built when missing)."""
+    pre-training (built when missing; not built with ``policy=False``)."""
     data = workdir / f"world-{seed}"
     if not (data / "train.jsonl").is_file():
         generate_world(seed, "small").write(data)
@@ -94,7 +94,7 @@ def world(workdir: Path, seed: int, copy_steps: int) -> tuple[Path, Path, Path]:
     if not index.is_dir():
         BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
     model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
-    if not (model_dir / "config.json").is_file():
+    if policy and not (model_dir / "config.json").is_file():
         create_tiny_policy(
             data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
         )
