@@ -242,6 +242,16 @@ def test_the_evidence_is_what_backtracking_left_in_context():
     assert score(traj).step_components["ref"][3] == 1.0
 
 
+def test_the_diagnostics_count_resampled_and_fallback_invalid_outputs():
+    from ragrl.methods.evo_rag import diagnostics
+
+    traj = episode(("search", "a", ["g1"]), ("backtrack", ""), ("invalid", ""), ("answer", "x"))
+    traj.metadata.update(resampled=[{"turn": 0}, {"turn": 0}, {"turn": 3}], fallback_answers=[3])
+    d = diagnostics(traj, EX)
+    assert (d["steps"], d["search_steps"], d["backtracks"], d["invalid_steps"]) == (4.0, 1.0, 1.0, 1.0)
+    assert (d["invalid_resampled"], d["fallback_answers"], d["refused"]) == (3.0, 1.0, 0.0)
+
+
 def test_retrieval_bonus_counts_novel_hits_only_when_asked(cosines):
     traj = episode(("search", "q0", ["g1"]), ("search", "q_", ["g1", "x"]), ("answer", "x"))
     assert score(traj).step_components["ret"] == [1, 1, 0]

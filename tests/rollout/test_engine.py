@@ -316,11 +316,26 @@ def test_an_invalid_turn_can_be_taken_as_the_answer(bm25):
     [traj] = eng.run([example()])
     assert traj.final_answer == "England, surely" and traj.finish_reason == "answer"
     assert [a.kind for a in traj.actions] == ["answer"] and traj.metadata["fallback_answers"] == [0]
+    # a turn that ends with EOS: the EOS token is not part of the answer
+    eng, _ = engine(counted(["England, surely"]), bm25, invalid_fallback="answer")
+    [traj] = eng.run([example()])
+    assert traj.segments[0].text.endswith(TOK.eos_token) and traj.final_answer == "England, surely"
     # a turn with nothing after its thinking stays invalid and gets the corrective
     eng, _ = engine(counted(["<think> hmm </think></answer>", "<answer> England </answer>"]), bm25,
                     invalid_fallback="answer")  # fmt: skip
     [traj] = eng.run([example()])
     assert [a.kind for a in traj.actions] == ["invalid", "answer"]
+    # so does a thought that never closes (a turn cut inside <think>): a thought is not an answer
+    eng, _ = engine(counted(["<think> maybe England </search>", "<answer> England </answer>"]), bm25,
+                    invalid_fallback="answer")  # fmt: skip
+    [traj] = eng.run([example()])
+    assert [a.kind for a in traj.actions] == ["invalid", "answer"] and "fallback_answers" not in traj.metadata
+    # a saved completion replays the same way when asked to
+    from ragrl.rollout.replay import trajectory_from_completion
+
+    text = "<think> it is England </think> England, surely </search>"
+    assert trajectory_from_completion("q", text, PROTOCOL, fallback=True).final_answer == "England, surely"
+    assert trajectory_from_completion("q", text, PROTOCOL).final_answer is None
     with pytest.raises(RagrlError, match="invalid_fallback must be one of corrective, answer"):
         RolloutConfig(invalid_fallback="guess")
     with pytest.raises(RagrlError, match="resample_invalid must be >= 0"):
@@ -394,6 +409,12 @@ def test_greedy_samples_decode_greedily_beside_the_sampled_ones(bm25):
     # each episode keeps its own seed, whichever call it is in
     assert backend.calls[1][1].seeds == tuple(episode_seed(2, 0, g, s) for g in (0, 1) for s in (1, 2))
     assert all(t.final_answer == "England" for t in trajs)
+    # with resampling on, an invalid greedy turn is not resampled (it would repeat itself)
+    eng, backend = engine(lambda p, i: "<search> </search>", bm25, n=2, greedy_samples=1, resample_invalid=2,
+                          max_turns=1)  # fmt: skip
+    greedy, sampled = eng.run([example()])
+    assert "resampled" not in greedy.metadata and len(sampled.metadata["resampled"]) == 2
+    assert [(n, p.temperature) for n, p in backend.calls] == [(1, 0.0), (1, 1.0), (1, 1.0), (1, 1.0)]
     with pytest.raises(RagrlError, match="greedy_samples must be >= 0"):
         RolloutConfig(greedy_samples=-1)
 

@@ -20,7 +20,7 @@ from ragrl.rollout.protocol import (
     strip_tags,
 )
 from ragrl.rollout.scripted import ScriptedBackend
-from ragrl.rollout.trajectory import Action
+from ragrl.rollout.trajectory import Action, Trajectory
 
 
 def tokenizer(chat_template: str | None = None) -> PreTrainedTokenizerFast:
@@ -268,8 +268,47 @@ def test_reflection_and_backtrack_edge_cases():
     assert traj.finish_reason == "eos" and [a.kind for a in traj.actions] == ["search", "backtrack"]
 
 
+def test_the_forced_answer_turn_after_a_backtrack_and_its_resumed_prefix_agree():
+    """A backtrack in the last regular turn, then the forced answer turn's note: the engine gives the
+    note to the context that is left (a step of its own when the backtrack emptied it), and a prefix cut
+    before the forced turn resumes with the very same context."""
+    from ragrl.rollout.stepwise import StepwiseRollout
+
+    class Noted(BacktrackingProtocol):
+        final_turn_note = "\n[answer now]\n"
+
+    retriever = BM25Retriever.build([Passage.make("Paris", "Paris is the capital of France.")])
+    ex = Example("q", "What is the capital of France?", ["Paris"])
+    cfg = RolloutConfig(k=1, max_turns=3, final_answer_turn=True)
+    for replies in (
+        ["<lookup> Paris </lookup>", "<back/>", "<final> Paris </final>"],  # the context is emptied
+        ["<lookup> Paris </lookup>", "<lookup> France </lookup>", "<back/>", "<final> Paris </final>"],
+    ):
+        cfg.max_turns = len(replies) - 1
+        seen: list[list[int]] = []
+
+        def policy(prompt, i, replies=replies, seen=seen):  # noqa: ANN001, ANN202
+            seen.append(list(prompt))
+            return replies[len(seen) - 1]
+
+        rollout = StepwiseRollout(ScriptedBackend(tokenizer(), policy), retriever, Noted(), cfg)
+        [live] = rollout.run([ex])
+        assert live.final_answer == "Paris" and live.metadata["forced_answer"]
+        note = len(live.segments) - 2
+        assert live.segments[note].text == Noted.final_turn_note
+        kept = 0 if len(replies) == 3 else 2  # the first search and its passages, if the backtrack left them
+        assert live.metadata["contexts"][-1] == [*range(kept), note]
+        # the prefix up to the forced turn, resumed, plays the same forced turn on the same context
+        prefix = Trajectory(live.example_id, list(live.prompt_ids), segments=live.segments[:-1],
+                            actions=live.actions[:-1], metadata={"group": 0, "sample": 0})  # fmt: skip
+        seen.clear()
+        seen.extend([[]] * (len(replies) - 1))
+        [again] = rollout.resume([prefix], [ex])
+        assert again.metadata["contexts"] == live.metadata["contexts"] and again.final_answer == "Paris"
+
+
 def test_a_numbered_backtrack_goes_back_to_just_before_that_step():
-    from ragrl.rollout.backtrack import active_steps
+    from ragrl.rollout.backtrack import active_steps, hops_kept
     from ragrl.rollout.stepwise import StepwiseRollout
 
     retriever = BM25Retriever.build(
@@ -303,6 +342,8 @@ def test_a_numbered_backtrack_goes_back_to_just_before_that_step():
     assert traj.actions[3].error == "backtrack: no step 4 to go back to (the context holds steps 1 to 3)"
     # this toy protocol passes "x" on; the core finds no step x
     assert traj.actions[5].error == "backtrack: no step x to go back to (the context holds steps 1 to 1)"
+    superscript = hops_kept(Action("backtrack", content="²"), 3)  # a digit to str.isdigit, not to int()
+    assert superscript == (3, "no step ² to go back to (the context holds steps 1 to 3)")
     contexts = traj.metadata["contexts"]
     seg = traj.segments
     assert contexts[4] == [0, 1, 2, 3, 4, 5, 6, 7]  # the three hops and the corrective

@@ -250,8 +250,17 @@ def test_a_run_without_a_complete_checkpoint_restarts_on_resume(world_dir, tmp_p
     assert (out / "policy" / "model.safetensors").is_file() and (out / "summary.json").is_file()
 
 
-@pytest.mark.parametrize("bad, why", [("rollout.n=1", "a group of one"), ("rollout.temperature=0", "greedy")])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (["rollout.n=1"], "a group of one"),
+        (["rollout.temperature=0"], "greedy"),
+        (["rollout.n=4", "rollout.greedy_samples=4"], "every episode of a group would be greedy"),
+        (["rollout.greedy_samples=1", "train.grpo.old_logprobs=rollout"], "importance ratio would be wrong"),
+    ],
+)
 def test_grpo_settings_that_cannot_learn_are_refused_before_loading(tmp_path, bad, why):
-    result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r"), "--set", bad])
+    sets = [x for b in bad for x in ("--set", b)]
+    result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r"), *sets])
     assert result.exit_code != 0 and why in str(result.exception)
     assert not (tmp_path / "r").exists()  # refused before the run folder is made

@@ -222,6 +222,21 @@ def test_a_sibling_backtrack_is_carried_out_as_the_engine_would(world_dir):
     assert first.weighted["bt"] == 0.0
     # at step 1 it takes back the search: r_bt = -1, weighted by δ(1)
     assert second.action.kind == "backtrack" and second.weighted["bt"] < 0
+    # under invalid_fallback: answer an unreadable sibling is an answer, as the live rollout reads it
+    method = _method(world_dir, Path("unused"), "rollout.invalid_fallback=answer")
+    script["mode"] = "play"
+    episodes = method.make_rollout(backend, retriever).run(examples, n=1, seed=1)
+    script["mode"] = "siblings"
+    policy_fn = backend.policy_fn
+    backend.policy_fn = lambda prompt_ids, index: "it is no"  # no action tag, ends with EOS
+    states = sample_siblings(
+        method, backend, retriever, episodes, examples, n_candidates=2, temperature=1.0, seed=1
+    )
+    backend.policy_fn = policy_fn
+    for state in states:
+        sibling = state.candidates[1]
+        assert (sibling.action.kind, sibling.action.content) == ("answer", "it is no")
+        assert sibling.branch.final_answer == "it is no" and "ans" in sibling.weighted
 
 
 def test_resuming_an_episode_prefix_replays_the_episode(world_dir):

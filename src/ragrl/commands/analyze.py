@@ -44,7 +44,11 @@ def analyze_thinking_command(
     if component is None:
         raise RagrlError(f"{config}: the reward has no tiresrag_sufficiency component (the judge to use)")
     by_id = {ex.id: ex for ex in read_examples(gold)[0]}
-    episodes = read_completions(trajectories, method.protocol)
+    episodes = read_completions(
+        trajectories,
+        method.protocol,
+        fallback=getattr(method.rollout, "invalid_fallback", "corrective") == "answer",
+    )
     unknown = [t.example_id for t in episodes if t.example_id not in by_id]
     if unknown:
         console.print(f"warning: {len(unknown)} ids are not in {gold}, first: {', '.join(unknown[:5])}")

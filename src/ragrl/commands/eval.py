@@ -343,7 +343,11 @@ def reward_command(
     components: dict[str, list[float]] = {k: [] for k in method_obj.reward.keys}
     unknown: list[str] = []
     batch: list[tuple[str, Trajectory, Example]] = []
-    for traj in read_completions(completions, method_obj.protocol):
+    for traj in read_completions(
+        completions,
+        method_obj.protocol,
+        fallback=getattr(method_obj.rollout, "invalid_fallback", "corrective") == "answer",
+    ):
         ex_id = traj.example_id
         example = by_id.get(ex_id)
         if example is None:

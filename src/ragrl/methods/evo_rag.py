@@ -276,7 +276,9 @@ class EvoRagProtocol(SearchR1Protocol):
     def fixed_texts(self) -> list[str]:
         return [DEFAULT_USER, *MARKERS.values()]
 
-    def replay(self, record: dict[str, Any], path: Any, line: int) -> Trajectory | None:
+    def replay(
+        self, record: dict[str, Any], path: Any, line: int, *, fallback: bool = False
+    ) -> Trajectory | None:
         """A saved episode as text, ``{id, completion, retrieved_ids?, retrieved_titles?}``: the completion
         (observations included) is split into steps as the rollout made them, and ``retrieved_ids``
         gives each executed search's passage ids in order (one list per search), which r_ret and the
@@ -285,7 +287,7 @@ class EvoRagProtocol(SearchR1Protocol):
 
         if "retrieved_ids" not in record:
             return None
-        traj = trajectory_from_completion(str(record["id"]), record["completion"], self)
+        traj = trajectory_from_completion(str(record["id"]), record["completion"], self, fallback=fallback)
         searches = [a for a in traj.actions if a.kind == "search"]
         for key in ("retrieved_ids", "retrieved_titles"):
             lists = record.get(key, [[] for _ in searches])
@@ -352,6 +354,10 @@ def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
         "search_steps": float(len(searches)),
         "backtracks": float(sum(a.kind == "backtrack" for a in actions)),
         "invalid_steps": float(sum(a.kind == "invalid" for a in actions)),
+        # invalid outputs the rollout resampled or took as the answer (rollout.resample_invalid,
+        # invalid_fallback): with both, invalid_steps alone would hide the invalid-format rate
+        "invalid_resampled": float(len(trajectory.metadata.get("resampled", []))),
+        "fallback_answers": float(len(trajectory.metadata.get("fallback_answers", []))),
         "refused": float(bool(actions) and actions[-1].kind == "refuse"),
         "truncated": float(trajectory.truncated or bool(trajectory.metadata.get("forced_answer"))),
         "answerable": float(example.answerable),

@@ -224,11 +224,12 @@ class R2agProtocol(Protocol):
         kind, query = s.queries[0]
         return Action("search", content=query, turn=turn, tag=kind)
 
-    def replay(self, record: dict[str, Any], path: Any, line: int) -> Trajectory:
+    def replay(self, record: dict[str, Any], path: Any, line: int, *, fallback: bool = False) -> Trajectory:
         """One recorded steering step: ``{id, completion, retrieved, context?, truncated?}`` with
         ``retrieved`` mapping each query of the completion to the doc ids it retrieved (rank order; a
         single id is a list of one), ``context`` the ids found before the step (r̃^j), ``truncated`` true
-        when the output was cut by the token budget."""
+        when the output was cut by the token budget. R²AG's steps have no answer to fall back on
+        (``fallback`` is ignored)."""
         text = record["completion"]
         retrieved, context = record.get("retrieved", {}), record.get("context", [])
         if not isinstance(retrieved, dict):

@@ -23,7 +23,7 @@ def hops_kept(action: Action, hops: int) -> tuple[int, str | None]:
         return hops, "nothing to take back"
     if not action.content:
         return hops - 1, None
-    k = int(action.content) if action.content.isdigit() else 0
+    k = int(action.content) if action.content.isascii() and action.content.isdigit() else 0
     if not 1 <= k <= hops:
         return hops, f"no step {action.content} to go back to (the context holds steps 1 to {hops})"
     return k - 1, None

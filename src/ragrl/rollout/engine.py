@@ -202,8 +202,15 @@ class _Episode:
     def add(self, segment: Segment) -> None:
         """Append a segment to the record, the active context and the current step."""
         self.traj.segments.append(segment)
-        self.active.append(len(self.traj.segments) - 1)
-        self.steps[-1].append(len(self.traj.segments) - 1)
+        self.attach(len(self.traj.segments) - 1)
+
+    def attach(self, index: int) -> None:
+        """Put a recorded segment into the active context and the current step; text that follows a
+        backtrack which emptied the context (the forced answer turn's note) opens a step of its own."""
+        self.active.append(index)
+        if not self.steps:
+            self.steps.append([])
+        self.steps[-1].append(index)
 
     @property
     def hops(self) -> int:
@@ -245,6 +252,10 @@ class RolloutEngine:
             raise RagrlError(
                 f"the {protocol.name} protocol backtracks, so its episodes are not linear: use rollout.kind "
                 "stepwise (one training sample per step, each with the context the policy saw)"
+            )
+        if getattr(protocol, "backtracks", False) and protocol.followup_stop:
+            raise RagrlError(  # a backtrack counts one action per step (rollout/backtrack.py)
+                f"the {protocol.name} protocol both backtracks and has follow-up generations: not supported"
             )
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -366,11 +377,9 @@ class RolloutEngine:
             self._resample_invalid(pairs, generated, turn, seed)
         searches: list[tuple[_Episode, Action]] = []
         for (ep, _), (text, finish) in zip(pairs, generated, strict=True):
-            action = self._parse(ep, text, turn)
-            if action.kind == "invalid" and cfg.invalid_fallback == "answer" and not ep.reflecting:
-                action = self.protocol.fallback_answer(text, action)
-                if action.kind != "invalid":
-                    ep.traj.metadata.setdefault("fallback_answers", []).append(turn)
+            action = self._parse(
+                ep, text, turn, fallback=cfg.invalid_fallback == "answer" and not ep.reflecting
+            )
             if ep.reflecting and action.kind == "invalid":
                 # a reflection pass that neither searches nor answers again declines to revise: the
                 # episode ends with the answer it gave (the turn is kept as a "reflect" action)
@@ -436,11 +445,17 @@ class RolloutEngine:
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
 
-    def _parse(self, ep: _Episode, text: str, turn: int) -> Action:
-        """The action of the episode's turn; a backtrack that cannot be carried out is invalid."""
+    def _parse(self, ep: _Episode, text: str, turn: int, *, fallback: bool = False) -> Action:
+        """The action of the episode's turn: a backtrack that cannot be carried out is invalid; with
+        ``fallback`` (``invalid_fallback: answer``) a turn the protocol cannot read is taken as the
+        answer (``Protocol.fallback_answer``; the turn is listed in ``metadata["fallback_answers"]``)."""
         action = self.protocol.safe_parse(text, turn)
         action.turn = turn
-        if self.protocol.is_backtrack(action):
+        if action.kind == "invalid" and fallback:
+            action = self.protocol.fallback_answer(without_special_tokens(text, self.tokenizer), action)
+            if action.kind != "invalid":
+                ep.traj.metadata.setdefault("fallback_answers", []).append(turn)
+        elif self.protocol.is_backtrack(action):
             action = invalid_backtrack(action, ep.hops) or action
         return action
 
@@ -504,7 +519,7 @@ class RolloutEngine:
         # one generate call, or two when the batch holds greedy episodes (greedy_samples) and sampled ones
         greedy = [bool(ep.traj.metadata.get("greedy")) for ep, _ in pairs]
         gens: list[Generation | None] = [None] * len(pairs)
-        t = time.perf_counter()
+        seconds = [0.0] * len(pairs)
         for mode in dict.fromkeys(greedy):
             rows = [i for i, g in enumerate(greedy) if g == mode]
             params = cfg.sampling(
@@ -515,14 +530,15 @@ class RolloutEngine:
             )
             if mode:
                 params = dataclasses.replace(params, temperature=0.0)
+            t = time.perf_counter()
             out_rows = self.backend.generate([prompts[i] for i in rows], params)
+            dt = time.perf_counter() - t
             if len(out_rows) != len(rows):
                 raise RagrlError(f"backend returned {len(out_rows)} generations for {len(rows)} prompts")
             for i, gen in zip(rows, out_rows, strict=True):
-                gens[i] = gen
-        dt = time.perf_counter() - t
+                gens[i], seconds[i] = gen, dt
         out = []
-        for (ep, a), gen in zip(pairs, gens, strict=True):
+        for (ep, a), gen, dt in zip(pairs, gens, seconds, strict=True):
             assert gen is not None  # every row belongs to one of the calls
             ep.t_generate += dt
             ids, logprobs, finish = _cut(gen, a)
@@ -551,6 +567,13 @@ class RolloutEngine:
                 self._finish(ep, "eos", truncated=False, t0=t0)
             elif ep.used >= cfg.max_total_tokens:
                 self._finish(ep, "max_tokens", truncated=True, t0=t0)
+
+
+def without_special_tokens(text: str, tokenizer: object) -> str:
+    """``text`` with the tokenizer's special tokens (an EOS that ended the turn) taken out."""
+    for token in getattr(tokenizer, "all_special_tokens", None) or []:
+        text = text.replace(token, " ")
+    return text
 
 
 def _cut(gen: Generation, allowance: int) -> tuple[list[int], list[float], str]:

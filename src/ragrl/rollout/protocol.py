@@ -176,10 +176,13 @@ class Protocol(ABC):
         out, so a locally trained tokenizer learns those words (``ragrl.llm.tiny``)."""
         return []
 
-    def replay(self, record: dict[str, Any], path: Any, line: int) -> Trajectory | None:
+    def replay(
+        self, record: dict[str, Any], path: Any, line: int, *, fallback: bool = False
+    ) -> Trajectory | None:
         """A protocol whose saved steps carry more than text (R²AG's retrieved ids per query) rebuilds
         the trajectory of one ``{id, completion, ...}`` record here (``ragrl reward``); errors name
-        ``path`` and ``line``. None (the default): the text alone is replayed."""
+        ``path`` and ``line``; ``fallback`` as in ``trajectory_from_completion``. None (the default):
+        the text alone is replayed."""
         return None
 
     def parse_followup(self, text: str, turn: int) -> Action:
@@ -204,10 +207,13 @@ class Protocol(ABC):
         return self.backtracks and action.kind == "backtrack"
 
     def fallback_answer(self, text: str, invalid: Action) -> Action:
-        """``rollout.invalid_fallback: answer``: an invalid turn's text taken as the final answer (EVO-RAG
-        §1.6): what follows the last ``</think>`` (all of it without one), tags removed, whitespace
-        collapsed. A turn with no such text stays ``invalid``."""
-        body = text.rpartition("</think>")[2] if "</think>" in text else text
+        """``rollout.invalid_fallback: answer``: a turn the protocol cannot read taken as the final answer
+        (EVO-RAG §1.6): what follows the last ``</think>`` (all of it without a thinking block), tags
+        removed, whitespace collapsed. A turn with no such text, or whose ``<think>`` never closes (a
+        thought is not an answer), stays ``invalid``."""
+        if "<think>" in text and "</think>" not in text:
+            return invalid
+        body = text.rpartition("</think>")[2]
         answer = squash_ws(_MARKUP.sub(" ", body))
         return Action("answer", content=answer, turn=invalid.turn) if answer else invalid
 

@@ -22,7 +22,12 @@ from ragrl.rollout.protocol import Protocol, squash_ws
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 
-def trajectory_from_completion(example_id: str, completion: str, protocol: Protocol) -> Trajectory:
+def trajectory_from_completion(
+    example_id: str, completion: str, protocol: Protocol, *, fallback: bool = False
+) -> Trajectory:
+    """The episode of one saved completion (see the module docstring); with ``fallback`` a turn the
+    protocol cannot read is taken as the answer, as the live rollout does under
+    ``rollout.invalid_fallback: answer``."""
     traj = Trajectory(example_id=example_id, prompt_ids=[], metadata={"replayed_from_text": True})
     position = 0
     pieces: list[tuple[str, str]] = []
@@ -46,7 +51,9 @@ def trajectory_from_completion(example_id: str, completion: str, protocol: Proto
             if not turn_text.strip():
                 continue  # whitespace between observations is not a turn
             action = protocol.safe_parse(turn_text, turn)
-            if protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
+            if action.kind == "invalid" and fallback and not reflecting:
+                action = protocol.fallback_answer(turn_text, action)
+            elif protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
                 action = invalid_backtrack(action, len(active_steps(traj.actions, turn))) or action
             if reflecting and action.kind == "invalid":  # a declined reflection ends it (as live)
                 traj.actions.append(Action("reflect", content=squash_ws(turn_text), turn=turn))
@@ -80,10 +87,10 @@ def _split_at_stops(text: str, stops: tuple[str, ...]) -> list[str]:
     return turns
 
 
-def read_completions(path: str | Path, protocol: Protocol) -> list[Trajectory]:
+def read_completions(path: str | Path, protocol: Protocol, *, fallback: bool = False) -> list[Trajectory]:
     """The episodes of a completions file, one per jsonl line: either ``{id, completion}`` (the text,
-    rebuilt with ``trajectory_from_completion``) or a saved trajectory (``{segments, ...}``). Errors name
-    the file, the line and the field."""
+    rebuilt with ``trajectory_from_completion``, ``fallback`` as there) or a saved trajectory
+    (``{segments, ...}``). Errors name the file, the line and the field."""
     out = []
     for line, record in iter_jsonl(path):
         if not isinstance(record, dict):
@@ -98,8 +105,10 @@ def read_completions(path: str | Path, protocol: Protocol) -> list[Trajectory]:
             raise DataError("must be a string or an integer", path=path, line=line, field="id")
         if not isinstance(record["completion"], str):
             raise DataError("must be a string", path=path, line=line, field="completion")
-        custom = protocol.replay(record, path, line)
+        custom = protocol.replay(record, path, line, fallback=fallback)
         if custom is None:
-            custom = trajectory_from_completion(str(record["id"]), record["completion"], protocol)
+            custom = trajectory_from_completion(
+                str(record["id"]), record["completion"], protocol, fallback=fallback
+            )
         out.append(custom)
     return out

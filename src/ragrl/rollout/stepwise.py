@@ -50,19 +50,20 @@ class StepwiseRollout(RolloutEngine):
                     f"cannot resume the episode of {prefix.example_id!r}: not a step-wise record"
                 )
             ep.traj.metadata.setdefault("sample", 0)
-            bounds = [*policy, len(ep.traj.segments)]
+            note = self.protocol.final_turn_note
+            last = ep.traj.segments[-1]
+            told = bool(note) and last.kind == "env" and last.text == note  # cut right before the forced turn
+            bounds = [*policy, len(ep.traj.segments) - told]
             for k, action in enumerate(ep.traj.actions):
                 ep.contexts.append(list(ep.active))
                 ep.steps.append([])
                 for i in range(bounds[k], bounds[k + 1]):
-                    ep.active.append(i)
-                    ep.steps[-1].append(i)
+                    ep.attach(i)
                 if self.protocol.is_backtrack(action):
                     ep.backtrack(hops_kept(action, ep.hops)[0])
                 ep.invalid += action.kind == "invalid"
-            note = self.protocol.final_turn_note
-            last = ep.traj.segments[-1]
-            if note and last.kind == "env" and last.text == note:  # cut right before its forced answer turn
+            if told:  # the note came after the last step (and after its backtrack, if it was one)
+                ep.attach(len(ep.traj.segments) - 1)
                 ep.traj.metadata["forced_answer"] = True
             ep.done = self.protocol.is_final(ep.traj.actions[-1])
             if ep.done:

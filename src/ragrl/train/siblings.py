@@ -32,7 +32,7 @@ from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.rewards.registry import RewardContext
 from ragrl.rollout.backtrack import active_steps, invalid_backtrack
-from ragrl.rollout.engine import episode_seed, turn_seed
+from ragrl.rollout.engine import episode_seed, turn_seed, without_special_tokens
 from ragrl.rollout.protocol import squash_ws
 from ragrl.rollout.sample import PreferencePair, Sample
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
@@ -173,7 +173,9 @@ def sample_siblings(
             ids = [int(t) for t in gen.token_ids]
             text = tokenizer.decode(ids, skip_special_tokens=False)
             action = protocol.safe_parse(text, state.step)
-            if protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
+            if action.kind == "invalid" and getattr(rollout, "invalid_fallback", "") == "answer":
+                action = protocol.fallback_answer(without_special_tokens(text, tokenizer), action)  # as live
+            elif protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
                 action = invalid_backtrack(action, len(active_steps(episode.actions, state.step))) or action
             if _key(action) in seen:
                 continue
