@@ -299,9 +299,10 @@ def main() -> None:
             for r in results
             if r["arm"] == arm
         ]
+        spread = f", sample std {statistics.stdev(gains):.1f}" if len(gains) > 1 else ""
         print(
-            f"{arm}: answerable EM gain over its warm start, mean {statistics.mean(gains):+.1f} points "
-            f"({', '.join(f'{g:+.1f}' for g in gains)})"
+            f"{arm}: answerable EM gain over its warm start, mean {statistics.mean(gains):+.1f} points"
+            f"{spread} ({', '.join(f'{g:+.1f}' for g in gains)})"
         )
     if tmp is not None:
         tmp.cleanup()

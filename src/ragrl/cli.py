@@ -19,7 +19,7 @@ from ragrl.commands.data import app as data_app
 from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import index, search, serve
-from ragrl.commands.score import score
+from ragrl.commands.score import aggregate, score
 from ragrl.commands.train import demo, dpo, reward_model, sft, train
 from ragrl.console import console, quiet_libraries, styled
 from ragrl.errors import RagrlError
@@ -50,6 +50,7 @@ def _root(
 app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.command("score")(score)
+app.command("aggregate")(aggregate)
 app.command("index")(index)
 app.command("search")(search)
 app.command("serve")(serve)

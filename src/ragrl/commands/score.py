@@ -110,3 +110,55 @@ def score(
         write_jsonl(per_example, result.per_example)
         console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}", highlight=False)
     typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+
+
+def aggregate(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="One JSON object per run: scores.json of `ragrl eval`, summary.json of a training run, ...",
+            show_default=False,
+        ),
+    ],
+    only: Annotated[
+        str | None,
+        typer.Option("--only", help="Comma-separated metric names to keep (nested ones as a/b), e.g. em,f1."),
+    ] = None,
+) -> None:
+    """Mean and sample standard deviation of every numeric value over runs (seeds): a table on stderr,
+    one JSON object on stdout ({runs, metrics: {name: {mean, std, n, values}}, partial, not_numbers})."""
+    from rich.table import Table
+
+    from ragrl.metrics.seeds import aggregate_runs
+
+    records = []
+    for path in runs:
+        try:
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RagrlError(f"{path}: no such file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RagrlError(f"{path}: not a JSON file ({e})") from None
+        if not isinstance(record, dict):
+            raise RagrlError(f"{path}: expected a JSON object, got {type(record).__name__}")
+        records.append(record)
+    result = aggregate_runs(records)
+    if only is not None:
+        wanted = [name.strip() for name in only.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in result["metrics"]]
+        if unknown:
+            raise RagrlError(
+                f"--only: {', '.join(unknown)} is not a number in any run "
+                f"(numbers: {', '.join(list(result['metrics'])[:20])}, ...)"
+            )
+        result["metrics"] = {name: result["metrics"][name] for name in wanted}
+        result["partial"] = [name for name in result["partial"] if name in wanted]
+    table = Table("metric", "mean", "± std", "runs", title=f"{len(records)} runs")
+    for name, m in result["metrics"].items():
+        std = "" if m["std"] is None else f"{m['std']:.4f}"
+        table.add_row(name, f"{m['mean']:.4f}", std, str(m["n"]))
+    console.print(table)
+    for name in result["partial"]:
+        n = result["metrics"][name]["n"]
+        console.print(styled("warning:", "yellow", f"{name} is in {n} of the {len(records)} runs only"))
+    typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
