@@ -47,7 +47,7 @@ def analyze_thinking_command(
     episodes = read_completions(
         trajectories,
         method.protocol,
-        fallback=getattr(method.rollout, "invalid_fallback", "corrective") == "answer",
+        fallback=method.rollout.answers_invalid,
     )
     unknown = [t.example_id for t in episodes if t.example_id not in by_id]
     if unknown:

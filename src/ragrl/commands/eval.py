@@ -346,7 +346,7 @@ def reward_command(
     for traj in read_completions(
         completions,
         method_obj.protocol,
-        fallback=getattr(method_obj.rollout, "invalid_fallback", "corrective") == "answer",
+        fallback=method_obj.rollout.answers_invalid,
     ):
         ex_id = traj.example_id
         example = by_id.get(ex_id)

@@ -22,8 +22,8 @@ passages of the searches that no BACKTRACK took back (``active_steps``). The ver
 (``verifier``): ``{kind: gold}`` (the offline proxy: every gold document is in the evidence),
 ``{kind: answer}`` (a gold answer's tokens all occur in the evidence text), ``{kind: corpus}`` (a
 deviation: the corpus can answer the question, ``Example.answerable``, whatever is in context), or any
-judge client
-(``ragrl.metrics.judge_clients.make_judge``: an OpenAI-compatible endpoint, a local model, a cache)
+judge client (``ragrl.metrics.judge_clients.make_judge``: an OpenAI-compatible endpoint, a local model, a
+cache)
 asked for ``{"enough_evidence": "yes"|"no"}``. Verdicts are cached per (question, evidence) and kept on
 the trajectory (``metadata["evo_rag"]["verdicts"]``), with each step's max cosine.
 """

@@ -53,9 +53,9 @@ from ragrl.data.schema import Example
 from ragrl.errors import DataError, RagrlError
 from ragrl.llm.backend import Generation, GenerationBackend, SamplingParams
 from ragrl.retrieval.base import Retriever
-from ragrl.rollout.backtrack import hops_kept, invalid_backtrack
+from ragrl.rollout.backtrack import hops_kept
 from ragrl.rollout.limits import LONG_QUESTION_MODES, check_prompt_length
-from ragrl.rollout.protocol import Protocol, squash_ws
+from ragrl.rollout.protocol import Protocol, read_turn, squash_ws
 from ragrl.rollout.registry import ROLLOUTS, register_rollout
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
@@ -112,6 +112,11 @@ class RolloutConfig:
     """``truncate`` (cut to ``max_question_chars``, counted and reported) or ``reject`` (an error)."""
     max_prompt_tokens: int = 8192
     """An episode whose prompt encodes to more tokens is refused with an error naming the question."""
+
+    @property
+    def answers_invalid(self) -> bool:
+        """``invalid_fallback: answer``: a turn the protocol cannot read is taken as the answer."""
+        return self.invalid_fallback == "answer"
 
     def __post_init__(self) -> None:
         ROLLOUTS.get(self.kind, key="rollout.kind")
@@ -377,9 +382,16 @@ class RolloutEngine:
             self._resample_invalid(pairs, generated, turn, seed)
         searches: list[tuple[_Episode, Action]] = []
         for (ep, _), (text, finish) in zip(pairs, generated, strict=True):
-            action = self._parse(
-                ep, text, turn, fallback=cfg.invalid_fallback == "answer" and not ep.reflecting
+            action, fell_back = read_turn(
+                self.protocol,
+                text,
+                turn,
+                ep.hops,
+                fallback=cfg.answers_invalid and not ep.reflecting,
+                tokenizer=self.tokenizer,
             )
+            if fell_back:
+                ep.traj.metadata.setdefault("fallback_answers", []).append(turn)
             if ep.reflecting and action.kind == "invalid":
                 # a reflection pass that neither searches nor answers again declines to revise: the
                 # episode ends with the answer it gave (the turn is kept as a "reflect" action)
@@ -445,20 +457,6 @@ class RolloutEngine:
             if self.protocol.followup_stop:
                 self._followup([ep for ep, _ in searches if not ep.done], turn, seed, t0)
 
-    def _parse(self, ep: _Episode, text: str, turn: int, *, fallback: bool = False) -> Action:
-        """The action of the episode's turn: a backtrack that cannot be carried out is invalid; with
-        ``fallback`` (``invalid_fallback: answer``) a turn the protocol cannot read is taken as the
-        answer (``Protocol.fallback_answer``; the turn is listed in ``metadata["fallback_answers"]``)."""
-        action = self.protocol.safe_parse(text, turn)
-        action.turn = turn
-        if action.kind == "invalid" and fallback:
-            action = self.protocol.fallback_answer(without_special_tokens(text, self.tokenizer), action)
-            if action.kind != "invalid":
-                ep.traj.metadata.setdefault("fallback_answers", []).append(turn)
-        elif self.protocol.is_backtrack(action):
-            action = invalid_backtrack(action, ep.hops) or action
-        return action
-
     def _resample_invalid(
         self, pairs: list[tuple[_Episode, int]], generated: list[tuple[str, str]], turn: int, seed: int | None
     ) -> None:
@@ -466,11 +464,15 @@ class RolloutEngine:
         stream per attempt, one batched call per attempt) until valid or out of attempts; ``generated``
         is updated in place. A reflection pass is not resampled (an invalid one declines to revise), nor
         a greedy episode (it would repeat itself)."""
+        pending = [
+            i for i, (ep, _) in enumerate(pairs) if not ep.reflecting and not ep.traj.metadata.get("greedy")
+        ]
         for attempt in range(1, self.config.resample_invalid + 1):
             redo = []
-            for i, ((ep, _), (text, _)) in enumerate(zip(pairs, generated, strict=True)):
-                action = self._parse(ep, text, turn)
-                if action.kind == "invalid" and not ep.reflecting and not ep.traj.metadata.get("greedy"):
+            for i in pending:  # only the turns resampled last time can still be invalid
+                ep, text = pairs[i][0], generated[i][0]
+                action, _ = read_turn(self.protocol, text, turn, ep.hops)
+                if action.kind == "invalid":
                     redo.append(i)
                     ep.traj.segments.pop()  # the turn leaves the record, its step and its context
                     ep.active.pop()
@@ -486,6 +488,7 @@ class RolloutEngine:
             )
             for i, result in zip(redo, again, strict=True):
                 generated[i] = result
+            pending = redo
 
     def _context_ids(self, ep: _Episode) -> list[int]:
         """The tokens after the prompt that the policy sees: its active segments, in order."""
@@ -567,13 +570,6 @@ class RolloutEngine:
                 self._finish(ep, "eos", truncated=False, t0=t0)
             elif ep.used >= cfg.max_total_tokens:
                 self._finish(ep, "max_tokens", truncated=True, t0=t0)
-
-
-def without_special_tokens(text: str, tokenizer: object) -> str:
-    """``text`` with the tokenizer's special tokens (an EOS that ended the turn) taken out."""
-    for token in getattr(tokenizer, "all_special_tokens", None) or []:
-        text = text.replace(token, " ")
-    return text
 
 
 def _cut(gen: Generation, allowance: int) -> tuple[list[int], list[float], str]:

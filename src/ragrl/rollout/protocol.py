@@ -29,6 +29,7 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.llm.chat import encode_messages, render_plain
 from ragrl.retrieval.base import Hit
+from ragrl.rollout.backtrack import invalid_backtrack
 from ragrl.rollout.trajectory import Action, Trajectory
 
 # -- tag helpers ----------------------------------------------------------------------------------
@@ -223,3 +224,24 @@ class Protocol(ABC):
             return self.parse(text, turn)
         except Exception as e:  # noqa: BLE001 - a protocol bug must not kill a batch of rollouts
             return Action("invalid", turn=turn, error=f"parser error: {type(e).__name__}: {e}")
+
+
+def read_turn(
+    protocol: Protocol, text: str, turn: int, hops: int, *, fallback: bool = False, tokenizer: Any = None
+) -> tuple[Action, bool]:
+    """The action of one policy turn as a rollout carries it out, and whether it is a fallback answer:
+    the protocol's parse (``safe_parse``); with ``fallback`` (``rollout.invalid_fallback: answer``) a turn
+    it cannot read is taken as the answer (``Protocol.fallback_answer``, on the text without the
+    ``tokenizer``'s special tokens); a backtrack that cannot be carried out with ``hops`` steps in the
+    context is invalid (``ragrl.rollout.backtrack``). The live engine, sibling candidates and text
+    replays all read turns here."""
+    action = protocol.safe_parse(text, turn)
+    action.turn = turn
+    if action.kind == "invalid" and fallback:
+        for token in getattr(tokenizer, "all_special_tokens", None) or []:  # an EOS that ended the turn
+            text = text.replace(token, " ")
+        answer = protocol.fallback_answer(text, action)
+        return answer, answer is not action
+    if protocol.is_backtrack(action):
+        action = invalid_backtrack(action, hops) or action
+    return action, False

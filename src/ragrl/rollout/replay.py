@@ -16,9 +16,9 @@ from pathlib import Path
 
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
-from ragrl.rollout.backtrack import active_steps, invalid_backtrack
+from ragrl.rollout.backtrack import active_steps
 from ragrl.rollout.engine import trajectory_from_record
-from ragrl.rollout.protocol import Protocol, squash_ws
+from ragrl.rollout.protocol import Protocol, read_turn, squash_ws
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 
@@ -50,11 +50,8 @@ def trajectory_from_completion(
             traj.segments.append(Segment("policy", [], turn_text, []))
             if not turn_text.strip():
                 continue  # whitespace between observations is not a turn
-            action = protocol.safe_parse(turn_text, turn)
-            if action.kind == "invalid" and fallback and not reflecting:
-                action = protocol.fallback_answer(turn_text, action)
-            elif protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
-                action = invalid_backtrack(action, len(active_steps(traj.actions, turn))) or action
+            hops = len(active_steps(traj.actions, turn))
+            action, _ = read_turn(protocol, turn_text, turn, hops, fallback=fallback and not reflecting)
             if reflecting and action.kind == "invalid":  # a declined reflection ends it (as live)
                 traj.actions.append(Action("reflect", content=squash_ws(turn_text), turn=turn))
                 ended = True

@@ -60,14 +60,14 @@ def check_learnable(method: Method) -> None:
     Only for the linear rollout with episode rewards: a step-wise or custom rollout (its own groups) or
     per-step rewards (return-to-go differs between the turns of one episode) can learn either way."""
     r = method.rollout
-    if getattr(r, "greedy_samples", 0) and method.train.grpo.old_logprobs == "rollout":
+    if r.greedy_samples and method.train.grpo.old_logprobs == "rollout":
         raise RagrlError(
             "rollout.greedy_samples with train.grpo.old_logprobs: rollout: a greedy episode's log-probs "
             "are not those of the sampling temperature, so the importance ratio would be wrong; use auto"
         )
     if r.kind != "multi_turn" or method.reward.per_step:
         return
-    if getattr(r, "greedy_samples", 0) >= r.n:
+    if r.greedy_samples >= r.n:
         raise RagrlError(
             f"rollout.greedy_samples = {r.greedy_samples} with rollout.n = {r.n}: every episode of a group "
             "would be greedy and the same, so every advantage is 0; keep greedy_samples below n"

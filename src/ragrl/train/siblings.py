@@ -31,9 +31,9 @@ from typing import Any
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.rewards.registry import RewardContext
-from ragrl.rollout.backtrack import active_steps, invalid_backtrack
-from ragrl.rollout.engine import episode_seed, turn_seed, without_special_tokens
-from ragrl.rollout.protocol import squash_ws
+from ragrl.rollout.backtrack import active_steps
+from ragrl.rollout.engine import episode_seed, turn_seed
+from ragrl.rollout.protocol import read_turn, squash_ws
 from ragrl.rollout.sample import PreferencePair, Sample
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 from ragrl.train.reward_model import RewardPair
@@ -169,14 +169,13 @@ def sample_siblings(
         episode = episodes[state.episode]
         before = episode.segments[: _policy_at(episode)[state.step]]
         seen = {_key(state.candidates[0].action)}
+        hops = len(active_steps(episode.actions, state.step))
         for gen in generations[n * extra : (n + 1) * extra]:
             ids = [int(t) for t in gen.token_ids]
             text = tokenizer.decode(ids, skip_special_tokens=False)
-            action = protocol.safe_parse(text, state.step)
-            if action.kind == "invalid" and getattr(rollout, "invalid_fallback", "") == "answer":
-                action = protocol.fallback_answer(without_special_tokens(text, tokenizer), action)  # as live
-            elif protocol.is_backtrack(action):  # one that cannot be carried out is invalid, as live
-                action = invalid_backtrack(action, len(active_steps(episode.actions, state.step))) or action
+            action, _ = read_turn(  # as the live rollout reads it
+                protocol, text, state.step, hops, fallback=rollout.answers_invalid, tokenizer=tokenizer
+            )
             if _key(action) in seen:
                 continue
             seen.add(_key(action))
