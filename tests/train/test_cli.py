@@ -8,6 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ragrl.cli import app
+from ragrl.data.io import read_examples
+from ragrl.train.demo import summary_table
 
 runner = CliRunner()
 
@@ -173,11 +175,22 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert summary["n_dev"] == 3 and set(summary["dev_em_answerable"]) == {"0", "1"}
     evals = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(e["step"], e["eval/n"]) for e in evals if e["kind"] == "eval"] == [(0, 3), (1, 3)]
+    for e in (e for e in evals if e["kind"] == "eval"):  # the outcomes' shares of the dev questions
+        assert sum(v for k, v in e.items() if k.startswith("eval/outcome/")) == pytest.approx(1.0, abs=1e-3)
     assert 0 <= summary["em_answerable_heuristic"] <= 1
     # every row is measured on the same held-out questions (train.data.eval_limit=3)
     assert {row["n"] for row in rows.values()} == {3}
+    answerable = sum(ex.answerable for ex in read_examples(out / "world" / "test.jsonl")[0][:3])
     for row in rows.values():
         assert {"em", "em_answerable", "top_answer", "top_answer_share", "searches"} <= set(row)
+        # every answerable question has one outcome; EM on them counts the right ones
+        assert sum(row["outcomes_answerable"].values()) == answerable
+        assert row["outcomes_answerable"]["right"] == round(row["em_answerable"] * answerable)
+    table = summary_table(summary)
+    assert [c.header for c in table.columns][3] == "answerable missed: search / read / none"
+    o = rows["after GRPO"]["outcomes_answerable"]
+    expected = f"{o['wrong_missing_evidence']} / {o['wrong_with_all_evidence']} / {o['no_answer']}"
+    assert list(table.columns[3].cells)[2] == expected
     assert "closed-book" in result.output and "held-out questions (3, seed 0, facts split)" in result.output
     for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb",
                 "em_answerable_after", "top_answer_after", "top_answer_share_after"):  # fmt: skip

@@ -4,8 +4,9 @@ The policy is any ``GenerationBackend`` (a checkpoint through transformers or vL
 demonstrator); the method supplies the protocol, rollout settings and reward. Decoding is greedy by
 default. Scores come from the metrics library (EM, F1, cover-EM, substring accuracy, retrieval recall
 of the supporting passages over everything the agent retrieved) plus rollout statistics (searches per
-question, answer rate, invalid actions, truncation, policy tokens) and the mean of every reward
-component.
+question, answer rate, invalid actions, truncation, policy tokens), each episode's outcome
+(``eval/outcomes.py``: right, no answer, wrong with or without all the evidence) and the mean of every
+reward component.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragrl.data.schema import Example
+from ragrl.eval.outcomes import count_outcomes, outcome
 from ragrl.llm.backend import GenerationBackend
 from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
@@ -94,6 +96,7 @@ def score_trajectories(
             {
                 **metrics,
                 "prediction": t.final_answer,
+                "outcome": outcome(t, by_id[t.example_id], metrics.get("em", 0.0)),
                 **st,
                 "queries": t.queries,
                 "reward": r.total,
@@ -117,6 +120,7 @@ def score_trajectories(
     for s in stats:
         reasons[s["finish_reason"]] = reasons.get(s["finish_reason"], 0) + 1
     summary["finish_reasons"] = dict(sorted(reasons.items()))
+    summary["outcomes"] = count_outcomes([row["outcome"] for row in rows])
     return summary, rows
 
 

@@ -61,10 +61,13 @@ DEMO_SETTINGS = (
 
 
 def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
-    """EM, EM on the answerable questions, the most common answer and its share, searches."""
+    """EM, EM on the answerable questions, the most common answer and its share, searches, and the
+    outcomes of the answerable questions."""
+    from ragrl.eval.outcomes import count_outcomes
     from ragrl.train.base import collapse_check
 
     check = collapse_check(report.rows, list(examples))
+    answerable = {ex.id for ex in examples if ex.answerable}
     return {
         "em": report.scores.get("em", 0.0),
         "em_answerable": check["eval/em_answerable"],
@@ -72,6 +75,8 @@ def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
         "top_answer_share": check["eval/top_answer_share"],
         "searches": report.scores.get("searches_per_question", 0.0),
         "n": len(examples),
+        # why the answerable questions were missed: searching or reading (docs/eval.md, "Outcomes")
+        "outcomes_answerable": count_outcomes([r["outcome"] for r in report.rows if r["id"] in answerable]),
     }
 
 
@@ -217,15 +222,30 @@ def summary_table(summary: dict[str, Any]) -> Any:
     from rich.table import Table
 
     n = summary.get("n_eval", 0)
-    table = Table(title=f"held-out questions ({n}, seed {summary.get('seed')}, {summary.get('split')} split)")
-    for column in ("policy", "EM", "EM answerable", "most common answer", "searches / question"):
+    table = Table(
+        title=f"held-out questions ({n}, seed {summary.get('seed')}, {summary.get('split')} split)",
+        caption="answerable missed: search = a supporting passage never retrieved, read = all retrieved "
+        "but the answer wrong, none = no answer",
+    )
+    columns = ("policy", "EM", "EM answerable", MISSES, "most common answer", "searches / question")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("policy", "most common answer") else "right")
     for name, row in summary.get("held_out", {}).items():
+        o = row.get("outcomes_answerable", {})
         table.add_row(
             name,
             f"{row['em']:.3f}",
             f"{row['em_answerable']:.3f}",
+            " / ".join(str(o.get(k, 0)) for k in MISS_KINDS),
             f"{row['top_answer']} ({100 * row['top_answer_share']:.0f}%)",
             f"{row['searches']:.2f}",
         )
     return table
+
+
+MISSES = "answerable missed: search / read / none"
+MISS_KINDS = ("wrong_missing_evidence", "wrong_with_all_evidence", "no_answer")
+"""The closing table's miss column: how many answerable questions each policy got wrong because its
+searches missed a supporting passage, although it had found all of them (a reading failure), or
+because it gave no answer (``eval/outcomes.py``; a closed-book policy's misses are ``wrong_no_search``
+or land in the first column, its searches finding nothing)."""
