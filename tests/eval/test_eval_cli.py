@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 from ragrl.cli import app
 from ragrl.data.io import read_examples
 from ragrl.rollout.engine import read_trajectories
+from ragrl.rollout.outcomes import OUTCOMES
 
 runner = CliRunner()
 
@@ -263,3 +264,21 @@ def test_few_shot_puts_oracle_replies_to_other_questions_in_front(world_dir, tmp
         app, [*base, "--few-shot", str(world_dir / "dev.jsonl"), "--demonstrator", "oracle"]
     )
     assert result.exit_code != 0 and "cannot be combined" in str(result.exception)
+
+
+def test_eval_reports_the_outcome_of_every_question(world_dir, tmp_path):
+    out = tmp_path / "heuristic"
+    scores = _eval(world_dir, out, "--demonstrator", "heuristic", "--n", "40")
+    rows = [json.loads(line) for line in (out / "per_example.jsonl").read_text().splitlines()]
+    assert sum(scores["outcomes"].values()) == 40 == len(rows)
+    assert scores["outcomes"]["right"] == round(40 * scores["em"])
+    # the heuristic answers every question after one search: none of its 26 misses on this world's first
+    # 40 questions had found every supporting passage
+    assert scores["outcomes"] == {**dict.fromkeys(OUTCOMES, 0), "right": 14, "wrong_missing_evidence": 26}
+    examples = {ex.id: ex for ex in read_examples(world_dir / "test.jsonl")[0]}
+    for t, row in zip(read_trajectories(out / "trajectories.jsonl"), rows, strict=True):
+        found = set(examples[t.example_id].supporting_ids) <= set(t.retrieved_ids)
+        if row["outcome"] == "wrong_with_all_evidence":
+            assert found and row["em"] == 0.0
+        if row["outcome"] == "wrong_missing_evidence":
+            assert not found and row["em"] == 0.0

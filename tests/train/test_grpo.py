@@ -501,6 +501,22 @@ def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(w
     assert [r["phase"] for r in records(tmp_path / "run", "eval")] == phases
 
 
+def test_an_outcome_share_is_logged_and_can_pick_the_best_policy(world_dir, tmp_path):
+    method = small_method(
+        world_dir, tmp_path / "run", "train.steps=1", "train.eval_every=1", "train.data.eval_limit=3",
+        "train.best_metric=eval/outcome/no_answer", "train.best_mode=min",
+    )  # fmt: skip
+    method.train.data.eval = str(world_dir / "dev.jsonl")
+    summary = GRPOTrainer(method, method.train).train()
+    evals = records(tmp_path / "run", "eval")
+    for e in evals:  # every outcome's share of the 3 questions, summing to 1
+        shares = {k: v for k, v in e.items() if k.startswith("eval/outcome/")}
+        assert len(shares) == 6 and sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+        assert all(round(3 * v, 3) == round(3 * v) for v in shares.values())
+    assert summary["best"]["metric"] == "eval/outcome/no_answer"
+    assert summary["best"]["value"] == min(e["eval/outcome/no_answer"] for e in evals)
+
+
 def test_patience_needs_a_best_metric(world_dir, tmp_path):
     from ragrl.errors import RagrlError
 

@@ -5,7 +5,7 @@ demonstrator); the method supplies the protocol, rollout settings and reward. De
 default. Scores come from the metrics library (EM, F1, cover-EM, substring accuracy, retrieval recall
 of the supporting passages over everything the agent retrieved) plus rollout statistics (searches per
 question, answer rate, invalid actions, truncation, policy tokens), each episode's outcome
-(``eval/outcomes.py``: right, no answer, wrong with or without all the evidence) and the mean of every
+(``ragrl.rollout.outcomes``: right, no answer, wrong with or without all the evidence) and the mean of every
 reward component.
 """
 
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragrl.data.schema import Example
-from ragrl.eval.outcomes import count_outcomes, outcome
 from ragrl.llm.backend import GenerationBackend
 from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
+from ragrl.rollout.outcomes import count_outcomes, outcome
 from ragrl.rollout.trajectory import Trajectory
 
 

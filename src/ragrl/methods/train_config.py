@@ -15,6 +15,7 @@ from typing import Any
 
 from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES, PREFERENCE_LOSSES
 from ragrl.errors import RagrlError
+from ragrl.rollout.outcomes import OUTCOMES
 
 WHITEN_MODES = ("none", "sample", "token")
 
@@ -161,10 +162,12 @@ EVAL_METRICS = (
     "eval/top_answer_share",
     "eval/n",
     *RETRIEVAL_EVAL_METRICS,
+    *(f"eval/outcome/{name}" for name in OUTCOMES),
 )
 """The numeric values of a held-out evaluation record (``ragrl.train.base.Trainer.evaluate``); the
-retrieval ones are there when the questions have gold passages, and the method's own diagnostics come
-as ``eval/method/<name>`` (R²AG's ``tree_recall``, ...)."""
+retrieval ones are there when the questions have gold passages, the outcomes' shares of the questions
+(``ragrl.rollout.outcomes``) always, and the method's own diagnostics come as ``eval/method/<name>``
+(R²AG's ``tree_recall``, ...)."""
 
 
 ALGOS = ("grpo", "cycles")

@@ -63,7 +63,7 @@ DEMO_SETTINGS = (
 def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
     """EM, EM on the answerable questions, the most common answer and its share, searches, and the
     outcomes of the answerable questions."""
-    from ragrl.eval.outcomes import count_outcomes
+    from ragrl.rollout.outcomes import count_outcomes
     from ragrl.train.base import collapse_check
 
     check = collapse_check(report.rows, list(examples))
@@ -246,6 +246,6 @@ def summary_table(summary: dict[str, Any]) -> Any:
 MISSES = "answerable missed: search / read / none"
 MISS_KINDS = ("wrong_missing_evidence", "wrong_with_all_evidence", "no_answer")
 """The closing table's miss column: how many answerable questions each policy got wrong because its
-searches missed a supporting passage, although it had found all of them (a reading failure), or
-because it gave no answer (``eval/outcomes.py``; a closed-book policy's misses are ``wrong_no_search``
-or land in the first column, its searches finding nothing)."""
+searches missed a supporting passage, although it had found all of them (a reading miss), or because
+it gave no answer (``ragrl.rollout.outcomes``; closed-book, every search finds nothing, so every miss
+is a search miss or no answer)."""
