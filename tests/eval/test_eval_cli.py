@@ -270,15 +270,40 @@ def test_eval_reports_the_outcome_of_every_question(world_dir, tmp_path):
     out = tmp_path / "heuristic"
     scores = _eval(world_dir, out, "--demonstrator", "heuristic", "--n", "40")
     rows = [json.loads(line) for line in (out / "per_example.jsonl").read_text().splitlines()]
+    examples = {ex.id: ex for ex in read_examples(world_dir / "test.jsonl")[0]}
     assert sum(scores["outcomes"].values()) == 40 == len(rows)
     assert scores["outcomes"]["right"] == round(40 * scores["em"])
-    # the heuristic answers every question after one search: none of its 26 misses on this world's first
+    unanswerable = sum(not examples[r["id"]].answerable for r in rows if r["em"] == 0.0)
+    assert unanswerable > 0 and scores["outcomes"]["wrong_unanswerable"] == unanswerable
+    # the heuristic answers every question after one search: none of its misses on this world's first
     # 40 questions had found every supporting passage
-    assert scores["outcomes"] == {**dict.fromkeys(OUTCOMES, 0), "right": 14, "wrong_missing_evidence": 26}
-    examples = {ex.id: ex for ex in read_examples(world_dir / "test.jsonl")[0]}
+    right = scores["outcomes"]["right"]
+    missed = 40 - right - unanswerable
+    expected = {"right": right, "wrong_unanswerable": unanswerable, "wrong_missing_evidence": missed}
+    assert scores["outcomes"] == {**dict.fromkeys(OUTCOMES, 0), **expected}
     for t, row in zip(read_trajectories(out / "trajectories.jsonl"), rows, strict=True):
         found = set(examples[t.example_id].supporting_ids) <= set(t.retrieved_ids)
-        if row["outcome"] == "wrong_with_all_evidence":
-            assert found and row["em"] == 0.0
-        if row["outcome"] == "wrong_missing_evidence":
-            assert not found and row["em"] == 0.0
+        assert row["outcome"] != "wrong_missing_evidence" or not found
+
+
+def test_a_wrong_answer_after_the_oracle_searches_is_a_reading_miss(world_dir, tmp_path):
+    from ragrl.eval.runner import score_trajectories
+    from ragrl.methods import load_method
+
+    _eval(world_dir, tmp_path / "oracle", "--demonstrator", "oracle", "--n", "20")
+    examples = read_examples(world_dir / "test.jsonl")[0][:20]
+    trajectories = read_trajectories(tmp_path / "oracle" / "trajectories.jsonl")
+    for t in trajectories:  # the oracle's searches, then a wrong answer
+        t.final_answer = "surely wrong"
+    scores, rows = score_trajectories(trajectories, examples, load_method("search_r1"))
+    expected = []
+    for ex, t in zip(examples, trajectories, strict=True):
+        if not ex.answerable:
+            expected.append("wrong_unanswerable")
+        elif set(ex.supporting_ids) <= set(t.retrieved_ids):
+            expected.append("wrong_with_all_evidence")
+        else:
+            expected.append("wrong_missing_evidence")
+    assert [r["outcome"] for r in rows] == expected
+    # the oracle finds every passage still in the corpus: every answerable question is a reading miss
+    assert scores["outcomes"]["wrong_with_all_evidence"] == sum(ex.answerable for ex in examples) > 10

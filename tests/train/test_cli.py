@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ragrl.cli import app
 from ragrl.data.io import read_examples
-from ragrl.train.demo import summary_table
+from ragrl.train.demo import MISSES, summary_table
 
 runner = CliRunner()
 
@@ -187,10 +187,13 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
         assert sum(row["outcomes_answerable"].values()) == answerable
         assert row["outcomes_answerable"]["right"] == round(row["em_answerable"] * answerable)
     table = summary_table(summary)
-    assert [c.header for c in table.columns][3] == "answerable missed: search / read / none"
-    o = rows["after GRPO"]["outcomes_answerable"]
-    expected = f"{o['wrong_missing_evidence']} / {o['wrong_with_all_evidence']} / {o['no_answer']}"
-    assert list(table.columns[3].cells)[2] == expected
+    assert table.columns[3].header == MISSES
+    for row, cell in zip(rows.values(), table.columns[3].cells, strict=True):
+        o = row["outcomes_answerable"]
+        misses = [int(x) for x in cell.split(" / ")]
+        assert misses == [o["wrong_missing_evidence"] + o["wrong_no_search"], o["wrong_with_all_evidence"],
+                          o["no_answer"]]  # fmt: skip
+        assert o["right"] + sum(misses) == answerable
     assert "closed-book" in result.output and "held-out questions (3, seed 0, facts split)" in result.output
     for key in ("em_before", "em_after", "n_eval", "seed", "wall_seconds", "peak_memory_mb",
                 "em_answerable_after", "top_answer_after", "top_answer_share_after"):  # fmt: skip

@@ -5,8 +5,8 @@ demonstrator); the method supplies the protocol, rollout settings and reward. De
 default. Scores come from the metrics library (EM, F1, cover-EM, substring accuracy, retrieval recall
 of the supporting passages over everything the agent retrieved) plus rollout statistics (searches per
 question, answer rate, invalid actions, truncation, policy tokens), each episode's outcome
-(``ragrl.rollout.outcomes``: right, no answer, wrong with or without all the evidence) and the mean of every
-reward component.
+(``ragrl.rollout.outcomes``: right, no answer, a reading miss, a search miss, ...) and the mean of
+every reward component.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def score_trajectories(
             {
                 **metrics,
                 "prediction": t.final_answer,
-                "outcome": outcome(t, by_id[t.example_id], metrics.get("em", 0.0)),
+                "outcome": outcome(t, by_id[t.example_id], metrics.get("em")),
                 **st,
                 "queries": t.queries,
                 "reward": r.total,

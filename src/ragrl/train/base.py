@@ -212,7 +212,7 @@ class Trainer:
                 "eval/n": len(self.eval_examples),
                 **collapse_check(report.rows, self.eval_examples),
                 **{k: s[k[len("eval/") :]] for k in RETRIEVAL_EVAL_METRICS if k[len("eval/") :] in s},
-                **{f"eval/outcome/{k}": round(v / len(report.rows), 4) for k, v in s["outcomes"].items()},
+                **{f"eval/outcome/{k}": round(v / len(report.rows), 6) for k, v in s["outcomes"].items()},
             }
             pairs = zip(report.trajectories, self.eval_examples, strict=True)
             for key in dict.fromkeys(k for t, ex in pairs for k in self.method.diagnose(t, ex)):

@@ -217,6 +217,15 @@ def run_demo(
     return summary
 
 
+MISSES = "answerable missed: search / read / none"
+MISS_KINDS = (("wrong_missing_evidence", "wrong_no_search"), ("wrong_with_all_evidence",), ("no_answer",))
+"""The closing table's miss column: of the answerable questions a policy got wrong, how many it missed
+in search (a supporting passage never retrieved, or no search at all), in reading (every supporting
+passage retrieved, the answer wrong) and by giving no answer (``ragrl.rollout.outcomes``). On the
+synthetic world, whose questions all name their supporting passages, the right ones and these add up
+to the answerable questions."""
+
+
 def summary_table(summary: dict[str, Any]) -> Any:
     """The demo's closing table: one row per policy on the held-out questions."""
     from rich.table import Table
@@ -224,8 +233,8 @@ def summary_table(summary: dict[str, Any]) -> Any:
     n = summary.get("n_eval", 0)
     table = Table(
         title=f"held-out questions ({n}, seed {summary.get('seed')}, {summary.get('split')} split)",
-        caption="answerable missed: search = a supporting passage never retrieved, read = all retrieved "
-        "but the answer wrong, none = no answer",
+        caption="answerable missed: search = a supporting passage never retrieved (or no search), "
+        "read = all retrieved but the answer wrong, none = no answer",
     )
     columns = ("policy", "EM", "EM answerable", MISSES, "most common answer", "searches / question")
     for column in columns:
@@ -236,16 +245,8 @@ def summary_table(summary: dict[str, Any]) -> Any:
             name,
             f"{row['em']:.3f}",
             f"{row['em_answerable']:.3f}",
-            " / ".join(str(o.get(k, 0)) for k in MISS_KINDS),
+            " / ".join(str(sum(o.get(k, 0) for k in kinds)) for kinds in MISS_KINDS),
             f"{row['top_answer']} ({100 * row['top_answer_share']:.0f}%)",
             f"{row['searches']:.2f}",
         )
     return table
-
-
-MISSES = "answerable missed: search / read / none"
-MISS_KINDS = ("wrong_missing_evidence", "wrong_with_all_evidence", "no_answer")
-"""The closing table's miss column: how many answerable questions each policy got wrong because its
-searches missed a supporting passage, although it had found all of them (a reading miss), or because
-it gave no answer (``ragrl.rollout.outcomes``; closed-book, every search finds nothing, so every miss
-is a search miss or no answer)."""
