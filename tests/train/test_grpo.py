@@ -481,14 +481,19 @@ def test_name_swap_config_errors(world_dir, tmp_path):
         GRPOTrainer(method, method.train, eval_examples=[])
 
 
+def _evaluated_every_step(world_dir, out, *overrides):
+    """A small GRPO run evaluated on the dev questions after every step, and its summary."""
+    method = small_method(world_dir, out, "train.eval_every=1", *overrides)
+    method.train.data.eval = str(world_dir / "dev.jsonl")
+    return method, GRPOTrainer(method, method.train).train()
+
+
 def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(world_dir, tmp_path):
     # eval/n never changes, and a tie keeps the earlier best: the evaluation before training stays best
-    method = small_method(
-        world_dir, tmp_path / "run", "train.steps=6", "train.eval_every=1", "train.data.eval_limit=2",
+    method, summary = _evaluated_every_step(
+        world_dir, tmp_path / "run", "train.steps=6", "train.data.eval_limit=2",
         "train.best_metric=eval/n", "train.patience=2",
     )  # fmt: skip
-    method.train.data.eval = str(world_dir / "dev.jsonl")
-    summary = GRPOTrainer(method, method.train).train()
     assert summary["steps"] == 2 and summary["best"]["step"] == 0
     evals = records(tmp_path / "run", "eval")
     phases = [r["phase"] for r in evals]
@@ -503,12 +508,10 @@ def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(w
 
 
 def test_an_outcome_share_is_logged_and_can_pick_the_best_policy(world_dir, tmp_path):
-    method = small_method(
-        world_dir, tmp_path / "run", "train.steps=1", "train.eval_every=1", "train.data.eval_limit=3",
+    _, summary = _evaluated_every_step(
+        world_dir, tmp_path / "run", "train.steps=1", "train.data.eval_limit=3",
         "train.best_metric=eval/outcome/no_answer", "train.best_mode=min",
     )  # fmt: skip
-    method.train.data.eval = str(world_dir / "dev.jsonl")
-    summary = GRPOTrainer(method, method.train).train()
     evals = records(tmp_path / "run", "eval")
     for e in evals:  # every outcome's share of the 3 questions, summing to 1
         shares = {k: v for k, v in e.items() if k.startswith("eval/outcome/")}
