@@ -53,9 +53,31 @@ def test_the_judges_never_see_an_answer_span():
     seen = judge_inputs(episode())
     assert "<answer>" not in seen["context"] and "So Mira Tolan." in seen["context"]
     assert INFO in seen["context"]
-    assert seen["information"] == INFO
+    assert seen["information"] == "Doc 1: Zorvex was built by Tolan Labs, founded by Mira Tolan."
     assert seen["thinking"].splitlines()[0] == "<think> Zorvex was built by a lab. </think>"
     assert INFO not in seen["thinking"] and "<answer>" not in seen["thinking"]
+
+
+def test_the_judges_read_the_response_as_the_code_does_prefill_included():
+    """The code's reward reads the response after ``<|im_start|>assistant\n``, so the prefilled
+    ``<think>`` opens it; its ``extract_information_and_others`` gives the information blocks' contents
+    (stripped, one per line) and the text outside them (the start, then what follows each block). The
+    expected strings are written by hand from those rules."""
+    t = episode()
+    t.segments[0] = Segment("policy", [1], THINK.removeprefix("<think>"))  # the policy continues "<think>"
+    t.segments[-1] = Segment("policy", [4], REFLECT + "<|im_end|>")  # the code cuts at the end token
+    seen = judge_inputs(t, prefill="<think>")
+    assert seen["context"] == (
+        "<think> Zorvex was built by a lab. </think>\n<search> Zorvex lab </search>"
+        + INFO
+        + "<think> So Mira Tolan. </think>\n<think> Checking again. </think>\n"
+    )
+    assert seen["information"] == "Doc 1: Zorvex was built by Tolan Labs, founded by Mira Tolan."
+    assert seen["thinking"] == (
+        "<think> Zorvex was built by a lab. </think>\n<search> Zorvex lab </search>\n"
+        "<think> So Mira Tolan. </think>\n<think> Checking again. </think>"
+    )
+    assert judge_inputs(t)["context"].startswith(" Zorvex")  # no prefill: the completion alone
 
 
 @pytest.mark.parametrize(
@@ -141,7 +163,8 @@ def test_judged_batch_through_an_openai_endpoint(chat_server):
     assert judge_parse_failures(nothing) == {"tiresrag_thinking": 1}
     user = chat_server.requests[3]["body"]["messages"][1]["content"]
     assert user.startswith(
-        f"INPUT:\n### CONTEXT\n{INFO}\n### QUESTION\n{EX.question}\n### MODEL THINKING PROCESS\n"
+        "INPUT:\n### CONTEXT\nDoc 1: Zorvex was built by Tolan Labs, founded by Mira Tolan.\n"
+        f"### QUESTION\n{EX.question}\n### MODEL THINKING PROCESS\n"
     )
     assert "### ANSWER" not in user  # the thinking judge never sees the gold answer
     assert judge_parse_failures(episodes) == {"tiresrag_sufficiency": 1, "tiresrag_thinking": 1}

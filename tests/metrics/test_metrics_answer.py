@@ -30,6 +30,10 @@ from ragrl.metrics import (
         ("O’Brien", "squad", "o’brien"),  # ’ is not ASCII punctuation
         ("O’Brien", "arena", "o brien"),
         ("don´t `x`", "arena", "don t x"),
+        # the authors' TIRESRAG normalize_answer: ASCII punctuation, ´ and ` go; the curly quotes stay
+        ("O’Brien", "tiresrag", "o’brien"),
+        ("‘Levertov’s’", "r1_searcher", "‘levertov’s’"),
+        ("don´t `x` O'Brien_s", "tiresrag", "don t x o brien s"),
         ("a an the", "squad", ""),
         ("theory of a cat", "squad", "theory of cat"),
         ("True", "squad", "true"),

@@ -8,8 +8,9 @@ Parse rule (one generated segment, never the prompt): among the complete ``<sear
 ``<answer>…</answer>`` spans of the segment, the one whose closing tag comes LAST decides the action.
 A closing tag pairs with the nearest opening tag of the same name before it, so
 ``<search>a <search>b</search>`` searches ``b``; an unclosed tag counts for nothing. Content is stripped
-and internal whitespace collapsed. A segment with neither span is ``invalid``; so is an empty query or an
-empty answer. ``<think>`` is optional and never checked (the format reward, later, may check it).
+and internal whitespace collapsed. A segment with neither span is ``invalid``; so is an empty query, and
+an empty answer unless ``protocol.empty_answer: answer`` makes it the answer ``""``. ``<think>`` is
+optional and never checked (the format reward, later, may check it).
 
 Eval-RAR (``ragrl.methods.eval_rar``) extends this protocol with an evaluation step after every
 observation; the hooks it uses are ``observation_tail`` and ``parse_followup``.
@@ -63,6 +64,9 @@ class SearchR1ProtocolConfig:
     """Observation for an invalid action; ``{error}`` (optional) says what was wrong."""
     question_mark: bool = False
     """End the question with ``?`` when it does not (the Search-R1 / AutoRefine data code)."""
+    empty_answer: str = "invalid"
+    """What ``<answer> </answer>`` is: ``invalid`` (a corrective message, the turn does not count as an
+    answer) or ``answer`` (the answer ``""``, which scores as a wrong answer: TIRESRAG-R1's code)."""
 
 
 def _default_reward() -> list[dict[str, Any]]:
@@ -84,6 +88,8 @@ class SearchR1Config:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
+EMPTY_ANSWERS = ("invalid", "answer")
+
 TAG_NAMES = ("think", "search", "information", "evaluate", "answer")
 TAGS = tuple(t for name in TAG_NAMES for t in (f"<{name}>", f"</{name}>"))
 """Every tag of the protocol, opening and closing (what a tokenizer should keep as single tokens)."""
@@ -103,6 +109,8 @@ class SearchR1Protocol(Protocol):
                 raise RagrlError(
                     f"{key}: bad template ({type(e).__name__}: {e}); its field is {{question}}"
                 ) from None
+        if c.empty_answer not in EMPTY_ANSWERS:
+            raise RagrlError(f"protocol.empty_answer must be one of {EMPTY_ANSWERS}, got {c.empty_answer!r}")
 
     def question(self, example: Example) -> str:
         q = example.question.strip()
@@ -124,6 +132,8 @@ class SearchR1Protocol(Protocol):
         if span is None:
             return Action("invalid", turn=turn, error="no <search> or <answer> block")
         content = squash_ws(span.content)
+        if not content and span.tag == "answer" and self.config.empty_answer == "answer":
+            return Action("answer", content="", turn=turn)
         if not content:
             what = "query" if span.tag == "search" else "answer"
             return Action("invalid", turn=turn, error=f"empty {what}")

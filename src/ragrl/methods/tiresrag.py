@@ -19,10 +19,14 @@ times). ``prefill: "<think>"`` opens the assistant turn with ``<think>`` as the 
 config); the policy's first segment continues it.
 
 **Answer reward R^A (§2.1).** Token F1 of the last ``<answer>`` against the gold answers, with the
-method's normalization (``tiresrag``: ``True``/``False`` → ``yes``/``no``, then ARENA's rules) and the
-yes/no rule (two different strings, either one ``yes``, ``no`` or ``noanswer``, score 0). An episode
-without an answer (§8 Q16): ``no_answer: text`` scores the whole completion text as the released code
-does; ``zero`` (the default) scores 0, since the code's way can reward a reply that never answers.
+method's normalization (``tiresrag``: the authors' ``normalize_answer``, ``True``/``False`` →
+``yes``/``no``, punctuation to spaces, the curly quotes kept) and the yes/no rule (two different strings,
+either one ``yes``, ``no`` or ``noanswer``, score 0). An empty ``<answer> </answer>`` is the answer
+``""`` (``protocol.empty_answer``), F1 0. An episode without an answer (§8 Q16): ``no_answer: text``
+scores what the code's ``extract_answer_math`` reads from the response (the prefill, then the
+completion, cut at an end token): the text after its last ``<answer>``, or all of it; ``zero`` (the
+default) scores 0, since the code's way can reward a reply that never answers. A saved completion with
+more answers than a live rollout gives (``ragrl reward``) is read to its end: the last answer is scored.
 
 **Reflection reward R^R (§2.4)**, compared between the first and the last answer, ``mode``:
 
@@ -42,8 +46,11 @@ composite reward of the config.
     P_i  = −λ_p · z^A_i · s_T z^T_i · s_S z^S_i   if that product is < 0, else 0
     A'_i = (A_i − P_i) · W(mean_g R^S)                        W(ρ) = 0.4 + 1.1 / (1 + exp(10 (ρ − 0.75)))
 
-z^A, z^T, z^S are the group z-scores of the raw answer, thinking and sufficiency rewards (population
-std). ``penalty: paper`` uses s_T = s_S = 1 (Eq. 7 with its typo A^T·A^T corrected to A^S·A^T, §8 Q2);
+z^A, z^T, z^S are the group z-scores of the raw answer, thinking and sufficiency rewards, with the
+population std and ε = 1e-8 as the code's ``compute_consistency_penalty`` (``penalty_std``,
+``penalty_eps``), whatever ``std`` and ``eps`` the advantage A_i uses: the code's own A_i takes the sample
+std and ε = 1e-9 (``std: sample, eps: 1.0e-9`` reproduces it). ``penalty: paper`` uses s_T = s_S = 1
+(Eq. 7 with its typo A^T·A^T corrected to A^S·A^T, §8 Q2);
 ``penalty: code`` scales them by the components' weights in force, s_T = 0.6 a_t and s_S = 0.3 a_t, as
 ``compute_consistency_penalty`` does (0.018 a_t² |z^A z^T z^S| at the paper's weights). A group whose
 R^S or R^T are all equal gets no penalty. ``difficulty: false`` drops W (the "w/o difficulty"
@@ -56,7 +63,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +82,7 @@ from ragrl.methods.search_r1 import (
     search_diagnostics,
     well_formed_turn,
 )
-from ragrl.methods.tiresrag_judges import judge_parse_failures
+from ragrl.methods.tiresrag_judges import END_TOKEN, judge_parse_failures, response_text
 from ragrl.methods.train_config import TrainConfig
 from ragrl.metrics.answer import cover_em, f1
 from ragrl.rewards import build_reward
@@ -127,6 +133,9 @@ class TiresragProtocolConfig(SearchR1ProtocolConfig):
     prefill: str = ""
     """Text that opens the assistant turn as part of the prompt (the code prefills ``<think>``); the
     policy's first segment continues it."""
+    empty_answer: str = "answer"
+    """``<answer> </answer>`` is the answer ``""`` (F1 0; a reflection from right to empty is −1), as the
+    code reads it; ``invalid`` answers it with a corrective message instead."""
 
 
 class TiresragProtocol(SearchR1Protocol):
@@ -168,9 +177,6 @@ def turn_segments(trajectory: Trajectory) -> list[Segment]:
     return policy
 
 
-_END_TOKEN = re.compile(r"<\|[^|<>]*\|>|</s>")  # <|im_end|>, <|endoftext|>, </s>: an end token's text
-
-
 def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
     """The code's format check (§1.5), logged and never rewarded: every turn is ``<think>`` blocks then
     one ``<search>`` (or, for an answer, ``<answer>``) with no stray text, and the episode ends with an
@@ -185,7 +191,7 @@ def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
     if not texts or len(texts) != len(actions):
         return False
     texts[0] = prefill + texts[0]
-    if actions[-1].kind == "reflect" and not _END_TOKEN.sub("", texts[-1]).strip():
+    if actions[-1].kind == "reflect" and not END_TOKEN.sub("", texts[-1]).strip():
         texts, actions = texts[:-1], actions[:-1]  # the reflection declined with nothing
     for text, action in zip(texts, actions, strict=True):
         final = action.kind == "answer"
@@ -301,6 +307,26 @@ class TiresragOracle:
         return text
 
 
+READS_THE_RESPONSE = ("tiresrag_answer", "tiresrag_sufficiency", "tiresrag_thinking")
+"""The components that read the response text as the code does, the protocol's prefill included."""
+
+
+def with_prefill(components: list[dict[str, Any]], prefill: str) -> list[dict[str, Any]]:
+    """The reward components, those that read the response text given the protocol's ``prefill``
+    (one set in a component must be the protocol's)."""
+    out = []
+    for i, spec in enumerate(components):
+        if isinstance(spec, Mapping) and spec.get("name") in READS_THE_RESPONSE:
+            if spec.get("prefill", prefill) != prefill:
+                raise RagrlError(
+                    f"reward.{i}.prefill: {spec['prefill']!r} differs from protocol.prefill {prefill!r} "
+                    "(leave it out: the component reads the protocol's)"
+                )
+            spec = {**spec, "prefill": prefill}
+        out.append(spec)
+    return out
+
+
 def build_method(cfg: Any) -> Method:
     """TIRESRAG-R1 from a loaded config (``ragrl.methods.load_method``)."""
     config = to_dataclass(TiresragConfig, cfg)
@@ -321,7 +347,7 @@ def build_method(cfg: Any) -> Method:
         config=config,
         protocol=TiresragProtocol(config.protocol),
         rollout=config.rollout,
-        reward=build_reward(config.reward),
+        reward=build_reward(with_prefill(config.reward, config.protocol.prefill)),
         train=config.train,
         diagnostics=functools.partial(diagnostics, prefill=config.protocol.prefill),
         step_diagnostics=step_diagnostics,
@@ -343,17 +369,26 @@ def answer_right(answer: str | None, golds: list[str]) -> bool:
     return answer is not None and cover_em(answer, golds, VARIANT) == 1.0
 
 
+def code_prediction(response: str) -> str:
+    """The code's ``extract_answer_math``: the text after the last ``<answer>`` up to its
+    ``</answer>``, stripped; the whole response when it has no ``<answer>``."""
+    return response.split("<answer>")[-1].split("</answer>")[0].strip()
+
+
 @register_reward("tiresrag_answer")
 def answer_reward(
-    trajectory: Trajectory, example: Example, ctx: RewardContext, no_answer: str = "zero"
+    trajectory: Trajectory, example: Example, ctx: RewardContext, no_answer: str = "zero", prefill: str = ""
 ) -> float:
-    """R^A: F1 of the last ``<answer>``; without one, 0 (``zero``) or the F1 of the whole completion
-    text (``text``, the released code)."""
+    """R^A: F1 of the last ``<answer>``; without one, 0 (``zero``) or the F1 of what the released code
+    extracts from the response, the prefill included (``text``; ``code_prediction``). ``prefill`` is the
+    protocol's (``build_method`` sets it)."""
     if no_answer not in NO_ANSWER_MODES:
         raise RagrlError(f"tiresrag_answer.no_answer must be one of {NO_ANSWER_MODES}, got {no_answer!r}")
     if trajectory.final_answer is not None:
         return answer_f1(trajectory.final_answer, example.answers)
-    return answer_f1(trajectory.completion_text, example.answers) if no_answer == "text" else 0.0
+    if no_answer == "zero":
+        return 0.0
+    return answer_f1(code_prediction(response_text(trajectory, prefill)), example.answers)
 
 
 # --- R^R: the reflection reward (§2.4) ----------------------------------------------------------------
@@ -421,6 +456,8 @@ def advantage_terms(
     k: float = 10.0,
     std: str = "population",
     eps: float = 1e-8,
+    penalty_std: str = "population",
+    penalty_eps: float = 1e-8,
 ) -> dict[str, Tensor]:
     """The advantage and its parts, per rollout: ``advantage``, the consistency ``penalty`` A^P (0 where
     off) and the difficulty ``weight`` W of its group (1 where off). ``answer``, ``thinking`` and
@@ -428,7 +465,9 @@ def advantage_terms(
 
     ``baseline: grpo`` is the group z-score; ``reinforce_pp`` is the code's Reinforce++ path, r − mean_g
     (its normalisation over the update batch is the trainer's ``train.grpo.whiten``, after the filter).
-    ``difficulty`` (W) defaults to on for ``grpo`` and off for ``reinforce_pp``, as the code."""
+    ``difficulty`` (W) defaults to on for ``grpo`` and off for ``reinforce_pp``, as the code. ``std`` and
+    ``eps`` are A_i's group z-score; ``penalty_std`` and ``penalty_eps`` the penalty's (the code's
+    ``np.std``, population, + 1e-8, whatever A_i uses)."""
     if baseline not in BASELINES:
         raise RagrlError(f"advantage_params.baseline must be one of {BASELINES}, got {baseline!r}")
     if penalty not in PENALTY_MODES:
@@ -448,13 +487,15 @@ def advantage_terms(
         )
     r, groups = batch_groups(rewards, group_ids)
 
-    def z(x: Tensor) -> Tensor:  # the group z-score (exactly 0 in a group of equal values)
+    def z(x: Tensor, std: str, eps: float) -> Tensor:  # the group z-score (0 in a group of equal values)
         return grpo(x.to(r), group_ids, std=std, eps=eps)
 
-    advantage = z(r) if baseline == "grpo" else grpo_mean_only(r, group_ids)
+    advantage = z(r, std, eps) if baseline == "grpo" else grpo_mean_only(r, group_ids)
     pen = torch.zeros_like(r)
     if penalty != "none":
-        z_a, z_t, z_s = z(components[answer]), z(components[thinking]), z(components[sufficiency])
+        z_a, z_t, z_s = (
+            z(components[key], penalty_std, penalty_eps) for key in (answer, thinking, sufficiency)
+        )
         if penalty == "code":
             if weights is None or thinking not in weights or sufficiency not in weights:
                 raise RagrlError("penalty: code scales by the components' weights in force; none were given")

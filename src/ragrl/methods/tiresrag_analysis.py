@@ -117,8 +117,10 @@ def analyze_thinking(
     judge: dict[str, Any] | None = None,
     system: str = SUFFICIENCY_SYSTEM,
     template: str = SUFFICIENCY_TEMPLATE,
+    prefill: str = "",
 ) -> list[ThinkingVerdict]:
-    """Every episode's verdict: one batch of sufficiency judgements over all cuts of all episodes."""
+    """Every episode's verdict: one batch of sufficiency judgements over all cuts of all episodes (each
+    cut read with the protocol's ``prefill`` first, as the reward reads it)."""
     if len(trajectories) != len(examples):
         raise RagrlError(f"{len(trajectories)} episodes but {len(examples)} questions")
     batch: list[Trajectory] = []
@@ -134,7 +136,9 @@ def analyze_thinking(
         batch.extend(cuts)
         owners.extend([e] * len(cuts))
     ctx = RewardContext()
-    verdicts = sufficiency_reward(batch, owners, ctx, judge=judge, system=system, template=template)
+    verdicts = sufficiency_reward(
+        batch, owners, ctx, judge=judge, system=system, template=template, prefill=prefill
+    )
     out = []
     unreadable = [judge_parse_failures([t]).get("tiresrag_sufficiency", 0) for t in batch]
     for t, e, (lo, hi) in zip(fulls, examples, spans, strict=True):

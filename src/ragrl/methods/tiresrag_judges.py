@@ -9,17 +9,20 @@ judge at once (``complete_batch``), behind the reply cache of ``ragrl.metrics.ju
 * ``{kind: local, path, ...}``: a transformers model on this machine (SmolLM2 from ``make smollm2``);
 * ``{kind: proxy}`` (the default): the offline proxy below, for CPU runs without a judge model.
 
-What the judges see (§2.2, §2.3). The episode's completion (think text, search tags and the
-``<information>`` observations) with every ``<answer>…</answer>`` span removed:
+What the judges see (§2.2, §2.3). The episode's response as the code reads it (the protocol's prefill,
+then the completion: think text, search tags and the ``<information>`` observations) with every
+``<answer>…</answer>`` span removed:
 
 * the sufficiency judge gets the question, the **gold** answer and that context, and must end with the
   JSON ``{"Sufficient Context To The Given Answer": 0 or 1}``. The reply is lowercased and searched for
   that object; no match scores 0.
-* the thinking judge gets the retrieved information (the observations), the question and the thinking
-  process (the policy's text), never the gold answer, and must reply with one number from 0.0 to 1.0.
-  A ``<think>…</think>`` block in the reply is dropped, and the rest must be a number in [0, 1];
-  anything else scores 0. (The released code takes any ``float()``; a number outside [0, 1] is read
-  as a failure here, so a judge cannot push R^T past its stated range.)
+* the thinking judge gets the retrieved information (the contents of the ``<information>`` blocks,
+  stripped, one per line, as the code's ``extract_information_and_others``), the question and the
+  thinking process (the policy's text, the prefill first, one turn per line), never the gold answer,
+  and must reply with one number from 0.0 to 1.0. A ``<think>…</think>`` block in the reply is
+  dropped, and the rest must be a number in [0, 1]; anything else scores 0. (The released code takes
+  any ``float()``; a number outside [0, 1] is read as a failure here, so a judge
+  cannot push R^T past its stated range.)
 
 Every reply is kept on the trajectory, with whether it parsed: ``metadata["judge"][component] =
 {"reply", "parsed"}``. ``judge_parse_failures`` counts them over saved trajectories.
@@ -93,6 +96,18 @@ _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 # --- what the judges see ------------------------------------------------------------------------------
 
 
+END_TOKEN = re.compile(r"<\|[^|<>]*\|>|</s>")
+"""An end token's text (``<|im_end|>``, ``<|endoftext|>``, ``</s>``): the code's reward cuts the response
+at the first one."""
+
+
+def response_text(trajectory: Trajectory, prefill: str = "") -> str:
+    """The response as the code's reward reads it: the prefill (its chat prompt ends with it, and its
+    reward takes the query after ``<|im_start|>assistant``), then the completion, cut at the first end
+    token."""
+    return END_TOKEN.split(prefill + trajectory.completion_text, maxsplit=1)[0]
+
+
 def without_answers(text: str) -> str:
     """``text`` with every complete ``<answer>…</answer>`` span removed."""
     out, pos = [], 0
@@ -104,25 +119,33 @@ def without_answers(text: str) -> str:
 
 
 def evidence(trajectory: Trajectory) -> str:
-    """The ``<information>`` blocks of the observations, one per line (a corrective message or a
-    reflection cue is not evidence)."""
+    """The contents of the observations' ``<information>`` blocks, stripped, one per line (a corrective
+    message or a reflection cue is not evidence)."""
     return "\n".join(
-        f"<information>{span.content}</information>".strip()
+        span.content.strip()
         for s in trajectory.segments
         if s.kind == "env"
         for span in find_spans(s.text, "information")
     )
 
 
-def judge_inputs(trajectory: Trajectory) -> dict[str, str]:
-    """``context`` (the whole completion without answers), ``information`` (``evidence``) and
-    ``thinking`` (the policy's turns without answers, one per line)."""
+def judge_inputs(trajectory: Trajectory, prefill: str = "") -> dict[str, str]:
+    """``context`` (``response_text`` without answers), ``information`` (``evidence``) and ``thinking``
+    (the policy's turns of that response without answers, the prefill opening the first, one per line;
+    blank ones left out)."""
+    turns = []
+    for segment in trajectory.segments:
+        if segment.kind == "policy":
+            text, *after_end = END_TOKEN.split(segment.text, maxsplit=1)
+            turns.append(text)
+            if after_end:  # the response ends at an end token
+                break
+    if turns:
+        turns[0] = prefill + turns[0]
     return {
-        "context": without_answers(trajectory.completion_text),
+        "context": without_answers(response_text(trajectory, prefill)),
         "information": evidence(trajectory),
-        "thinking": "\n".join(
-            without_answers(s.text).strip() for s in trajectory.segments if s.kind == "policy"
-        ),
+        "thinking": "\n".join(t for t in (without_answers(x).strip() for x in turns) if t),
     }
 
 
@@ -222,14 +245,16 @@ def sufficiency_reward(
     judge: dict[str, Any] | None = None,
     system: str = SUFFICIENCY_SYSTEM,
     template: str = SUFFICIENCY_TEMPLATE,
+    prefill: str = "",
 ) -> list[float]:
-    """R^S ∈ {0, 1}: does the episode's evidence suffice to infer the gold answer?"""
+    """R^S ∈ {0, 1}: does the episode's evidence suffice to infer the gold answer? ``prefill`` is the
+    protocol's (``build_method`` sets it)."""
     spec = _judge_spec(judge, "tiresrag_sufficiency")
     if spec is None:
         return [proxy_sufficiency(t, e) for t, e in zip(trajectories, examples, strict=True)]
     requests = [
         _chat(system, template.format(question=e.question, answer=e.answers[0] if e.answers else "",
-                                      context=judge_inputs(t)["context"]))
+                                      context=judge_inputs(t, prefill)["context"]))
         for t, e in zip(trajectories, examples, strict=True)
     ]  # fmt: skip
     return _judged("tiresrag_sufficiency", spec, trajectories, requests, parse_sufficiency)
@@ -243,12 +268,14 @@ def thinking_reward(
     judge: dict[str, Any] | None = None,
     system: str = THINKING_SYSTEM,
     template: str = THINKING_TEMPLATE,
+    prefill: str = "",
 ) -> list[float]:
-    """R^T ∈ [0, 1]: the quality of the episode's reasoning, judged without the gold answer."""
+    """R^T ∈ [0, 1]: the quality of the episode's reasoning, judged without the gold answer. ``prefill``
+    is the protocol's (``build_method`` sets it)."""
     spec = _judge_spec(judge, "tiresrag_thinking")
     if spec is None:
         return [proxy_thinking(t) for t in trajectories]
-    seen = [judge_inputs(t) for t in trajectories]
+    seen = [judge_inputs(t, prefill) for t in trajectories]
     requests = [
         _chat(
             system, template.format(information=x["information"], question=e.question, thinking=x["thinking"])

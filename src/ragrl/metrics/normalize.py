@@ -11,7 +11,10 @@ space (``U.S.`` → ``u s``). Every metric in ``ragrl.metrics`` takes ``variant=
 ``arena``      ``_`` → space → lower → each char of ``string.punctuation`` and ``‘ ’ ´ ` `` → space →
                articles → space → collapse whitespace. ARENA's reward and evaluation code.
 ``tiresrag``   the whole string ``"True"`` → ``"yes"``, ``"False"`` → ``"no"`` (exact, case-sensitive,
-               before anything else), then ``arena``. TIRESRAG-R1 and R1-Searcher. Alias
+               before anything else), then ``_`` → space → lower → each char of ``string.punctuation``
+               and ``´`` → space → articles → space → collapse whitespace: ``arena`` without the curly
+               quotes ``‘ ’``, which stay (the authors' ``normalize_answer`` lists ``' ' ´ ` `` and
+               both quotes there are the straight one). TIRESRAG-R1 and R1-Searcher. Alias
                ``r1_searcher``.
 ``none``       strip and collapse whitespace only (case and punctuation kept): exact comparison.
                Alias ``exact``.
@@ -19,8 +22,8 @@ space (``U.S.`` → ``u s``). Every metric in ``ragrl.metrics`` takes ``variant=
 
 "Collapse whitespace" is ``" ".join(text.split())``: Python's ``str.split()`` splits on every Unicode
 whitespace character (no-break space, em space, line separator, ...), exactly as the reference
-scripts do. Only ASCII punctuation is removed; ``—``, ``’`` (except in ``arena``/``tiresrag``) and
-full-width punctuation stay, as in the reference scripts.
+scripts do. Only ASCII punctuation is removed; ``—``, ``’`` (except in ``arena``) and full-width
+punctuation stay, as in the reference scripts.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _DELETE_PUNCT = str.maketrans("", "", string.punctuation)
 _ARENA_PUNCT = string.punctuation + "\u2018\u2019\u00b4`"
 _SPACE_PUNCT = str.maketrans({ch: " " for ch in _ARENA_PUNCT})
+_TIRESRAG_PUNCT = str.maketrans({ch: " " for ch in string.punctuation + "\u00b4"})
 
 
 def _collapse(text: str) -> str:
@@ -69,8 +73,12 @@ def bool_to_yes_no(text: str) -> str:
 
 
 def normalize_tiresrag(text: str) -> str:
-    """TIRESRAG-R1 / R1-Searcher normalization: ``bool_to_yes_no`` then ``normalize_arena``."""
-    return normalize_arena(bool_to_yes_no(text))
+    """TIRESRAG-R1 / R1-Searcher normalization (the authors' ``normalize_answer`` after
+    ``bool_mapping``): ``bool_to_yes_no``, ``_`` → space, lower, ASCII punctuation and ``´`` → space,
+    drop articles, collapse. Unlike ``arena`` the curly quotes ``‘ ’`` stay: ``"Levertov’s"`` is one
+    token."""
+    text = bool_to_yes_no(text).replace("_", " ").lower().translate(_TIRESRAG_PUNCT)
+    return _collapse(_ARTICLES.sub(" ", text))
 
 
 def normalize_none(text: str) -> str:
@@ -114,7 +122,8 @@ _VARIANTS: dict[str, Variant] = {
         Variant(
             "tiresrag",
             normalize_tiresrag,
-            "whole string 'True' -> 'yes', 'False' -> 'no'; then arena",
+            "whole string 'True' -> 'yes', 'False' -> 'no'; _ -> space; lower; "
+            "string.punctuation and ´ -> space (‘ ’ stay); \\b(a|an|the)\\b -> space; collapse whitespace",
             "TIRESRAG-R1 answer reward and R1-Searcher (metric_calc_rule: EM, cover-EM, F1)",
             yes_no_rule=True,
             aliases=("r1_searcher",),

@@ -3,8 +3,10 @@
 A completion is the generated text after the prompt, observations included. The protocol says where
 the environment's text is (``Protocol.env_spans``); everything else is policy text, split into turns
 at those spans and, as a backend would have stopped, right after the first stop string of a turn;
-each turn is parsed as during the rollout, and an episode ends at its final action (unless the
-protocol's ``after_answer`` asks for a reflection pass, which goes on with the text after it). Token
+each turn is parsed as during the rollout, and an episode ends at its final action, unless the
+protocol's ``after_answer`` asks for a reflection pass: that pass is the rest of the saved text, read to
+its end however many answers it gives (a live rollout stops at the passes the protocol asks for, but
+saved text may come from anywhere; TIRESRAG-R1's code and spec take the last answer as the prediction). Token
 ids are not available from text, so segments carry none; search actions carry no retrieved ids.
 Rewards that read only text, actions and the final answer score such a trajectory exactly as the live
 one.
@@ -60,8 +62,9 @@ def trajectory_from_completion(
             turn += 1
             if protocol.is_final(action):
                 traj.final_answer = action.content
-                # a protocol that asks for one more pass (a reflection) goes on with the text after it
-                if protocol.after_answer(traj, action) is None:
+                # a protocol that asks for one more pass (a reflection) goes on with the text after it,
+                # to the end of the text: every later answer is kept and the last one is final
+                if not reflecting and protocol.after_answer(traj, action) is None:
                     ended = True
                     break
                 reflecting = True
