@@ -194,3 +194,59 @@ def test_std_sample_moves_the_advantage_not_the_penalty():
         torch.tensor(R_SUM, dtype=torch.float64), ids, components=comps, penalty_std="sample"
     )
     assert sample["penalty"][0].item() == pytest.approx(0.1 * (0.8 / (math.sqrt(0.2) + 1e-8)) ** 3, abs=1e-12)
+
+
+# --- what review found: end tokens, the format check, the method's judges, the switches --------------
+
+
+def test_replay_stops_at_an_end_token_as_the_code_and_a_live_rollout_do():
+    text = "<answer> Oslo </answer><answer> Mira Tolan </answer><|im_end|><answer> Norway </answer>"
+    traj = trajectory_from_completion("q1", text, TiresragProtocol())
+    assert traj.answers == ["Oslo", "Mira Tolan"] and traj.final_answer == "Mira Tolan"
+    # the code's response: cut at <|im_end|>, last answer "Mira Tolan"
+    assert code_prediction(text.split("<|im_end|>")[0]) == "Mira Tolan"
+    # a first turn that ends at EOS without an answer ends the episode (Search-R1's replay too)
+    search_r1 = load_method("search_r1").protocol
+    silent_end = trajectory_from_completion(
+        "q1", "<think> hm </think><|im_end|><answer> x </answer>", search_r1
+    )
+    assert silent_end.final_answer is None and [a.kind for a in silent_end.actions] == ["invalid"]
+
+
+def test_an_empty_answer_is_well_formed_for_the_format_check():
+    from ragrl.methods.tiresrag import format_valid
+
+    traj = trajectory_from_completion("q1", "<think>a</think>\n<answer> </answer>", TiresragProtocol())
+    assert traj.final_answer == "" and format_valid(traj)
+    assert not format_valid(traj, empty_answer=False)
+
+
+def test_the_judges_get_the_prefill_from_the_method(chat_server):
+    from tests.methods.test_tiresrag_judges import reply
+
+    judge = {"kind": "openai", "base_url": chat_server.url, "model": "judge", "concurrency": 1}
+    method = load_method(
+        "tiresrag", [f"reward.1.judge={json.dumps(judge)}", f"reward.2.judge={json.dumps(judge)}"]
+    )
+    chat_server.script = [reply("0.5"), reply("0.5")]
+    t = silent(" Mira Tolan wrote it </think>")
+    method.reward.score([t], [EX], CTX)
+    users = [r["body"]["messages"][1]["content"] for r in chat_server.requests]
+    assert any("### MODEL THINKING PROCESS\n<think> Mira Tolan wrote it </think>" in u for u in users)
+    assert any("### REFERENCES\n<think> Mira Tolan wrote it </think>" in u for u in users)
+
+
+def test_eval_rar_keeps_an_empty_answer_invalid_and_evo_rag_refuses_the_switch():
+    assert load_method("eval_rar").protocol.parse("<answer> </answer>", 0).kind == "invalid"
+    with pytest.raises(RagrlError, match="protocol.empty_answer"):
+        load_method("evo_rag", ["protocol.empty_answer=answer"])
+
+
+def test_a_bad_std_is_named():
+    comps = {k: torch.zeros(5, dtype=torch.float64) for k in ("tiresrag_answer", "tiresrag_thinking",
+                                                               "tiresrag_sufficiency")}  # fmt: skip
+    ids = torch.zeros(5, dtype=torch.long)
+    with pytest.raises(RagrlError, match="advantage_params.penalty_std"):
+        advantage_terms(torch.zeros(5, dtype=torch.float64), ids, components=comps, penalty_std="unbiased")
+    with pytest.raises(RagrlError, match="advantage_params.std"):
+        advantage_terms(torch.zeros(5, dtype=torch.float64), ids, components=comps, std="pop")

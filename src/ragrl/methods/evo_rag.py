@@ -222,6 +222,8 @@ class EvoRagProtocol(SearchR1Protocol):
 
     def __init__(self, config: EvoRagProtocolConfig | None = None) -> None:
         super().__init__(config or EvoRagProtocolConfig())
+        if self.config.empty_answer != "invalid":
+            raise RagrlError("protocol.empty_answer: EVO-RAG's strict parse keeps an empty answer invalid")
         self.final_turn_note = self.config.answer_now
 
     def parse(self, text: str, turn: int) -> Action:

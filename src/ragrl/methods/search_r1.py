@@ -203,10 +203,11 @@ def thoughts(text: str) -> list[str]:
 _TURN_TAGS = ("think", "search", "answer")
 
 
-def well_formed_turn(text: str, final: bool) -> bool:
+def well_formed_turn(text: str, final: bool, *, empty_answer: bool = False) -> bool:
     """One policy turn in the canonical shape: optional ``<think>…</think>`` blocks, then exactly one
     ``<search>…</search>`` (a non-final turn) or ``<answer>…</answer>`` (the final turn), with nothing
-    but whitespace outside the tags."""
+    but whitespace outside the tags. The action's content must not be blank, except an answer's with
+    ``empty_answer`` (a protocol where ``<answer> </answer>`` is the answer ``""``)."""
     action_tag = "answer" if final else "search"
     spans = sorted((s for tag in _TURN_TAGS for s in find_spans(text, tag)), key=lambda s: s.start)
     if not spans or spans[-1].tag != action_tag or any(s.tag != "think" for s in spans[:-1]):
@@ -216,7 +217,8 @@ def well_formed_turn(text: str, final: bool) -> bool:
         if span.start < position or text[position : span.start].strip():
             return False  # overlapping spans or stray text between them
         position = span.end
-    return not text[position:].strip() and bool(squash_ws(spans[-1].content))
+    blank_ok = empty_answer and action_tag == "answer"
+    return not text[position:].strip() and (blank_ok or bool(squash_ws(spans[-1].content)))
 
 
 @register_reward("search_r1_format")

@@ -82,12 +82,13 @@ from ragrl.methods.search_r1 import (
     search_diagnostics,
     well_formed_turn,
 )
-from ragrl.methods.tiresrag_judges import END_TOKEN, judge_parse_failures, response_text
+from ragrl.methods.tiresrag_judges import judge_parse_failures, response_text
 from ragrl.methods.train_config import TrainConfig
 from ragrl.metrics.answer import cover_em, f1
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, RewardResult, register_reward
 from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.protocol import END_TOKEN_TEXT
 from ragrl.rollout.scripted import Turn
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 from ragrl.synth.demonstrators import OracleDemonstrator, answer_turn
@@ -99,6 +100,7 @@ NO_ANSWER_MODES = ("zero", "text")
 REFLECTION_MODES = ("paper", "code")
 PENALTY_MODES = ("paper", "code", "none")
 BASELINES = ("grpo", "reinforce_pp")
+STDS = ("population", "sample")
 
 
 # --- the protocol (§1) --------------------------------------------------------------------------------
@@ -177,13 +179,14 @@ def turn_segments(trajectory: Trajectory) -> list[Segment]:
     return policy
 
 
-def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
+def format_valid(trajectory: Trajectory, prefill: str = "", empty_answer: bool = True) -> bool:
     """The code's format check (§1.5), logged and never rewarded: every turn is ``<think>`` blocks then
     one ``<search>`` (or, for an answer, ``<answer>``) with no stray text, and the episode ends with an
     answer. A reflection declined with nothing (only the end token) is fine; one that writes a
     ``<think>`` block and stops is not (its last tag is not ``</answer>``), nor is an invalid turn. The
-    first turn is read with the prefill it continues. Unlike the code's state machine, ``<think>`` is
-    optional in a turn."""
+    first turn is read with the prefill it continues; an empty ``<answer> </answer>`` is well formed
+    (``empty_answer``, the code's reading). Unlike the code's state machine, ``<think>`` is optional in a
+    turn."""
     if trajectory.final_answer is None:
         return False
     texts = [s.text for s in turn_segments(trajectory)]
@@ -191,22 +194,26 @@ def format_valid(trajectory: Trajectory, prefill: str = "") -> bool:
     if not texts or len(texts) != len(actions):
         return False
     texts[0] = prefill + texts[0]
-    if actions[-1].kind == "reflect" and not END_TOKEN.sub("", texts[-1]).strip():
+    if actions[-1].kind == "reflect" and not END_TOKEN_TEXT.sub("", texts[-1]).strip():
         texts, actions = texts[:-1], actions[:-1]  # the reflection declined with nothing
     for text, action in zip(texts, actions, strict=True):
         final = action.kind == "answer"
-        if action.kind not in ("search", "answer") or not well_formed_turn(text, final=final):
+        if action.kind not in ("search", "answer") or not well_formed_turn(
+            text, final=final, empty_answer=empty_answer
+        ):
             return False
     return bool(actions) and actions[-1].kind == "answer"
 
 
-def diagnostics(trajectory: Trajectory, example: Example, prefill: str = "") -> dict[str, float]:
+def diagnostics(
+    trajectory: Trajectory, example: Example, prefill: str = "", empty_answer: bool = True
+) -> dict[str, float]:
     """Search counts (Search-R1's), answers per episode, the reflection's transition (by cover-EM of the
     first and last answer), the format check and the judge's unreadable replies (§7.1 "Logging")."""
     out = search_diagnostics(trajectory, example)
     answers = trajectory.answers
     out["answers"] = float(len(answers))
-    out["format_valid"] = float(format_valid(trajectory, prefill))
+    out["format_valid"] = float(format_valid(trajectory, prefill, empty_answer))
     right = [answer_right(a, example.answers) for a in (answers[0], answers[-1])] if answers else []
     reflected = len(answers) > 1
     out["reflect/none"] = float(not reflected)
@@ -349,7 +356,11 @@ def build_method(cfg: Any) -> Method:
         rollout=config.rollout,
         reward=build_reward(with_prefill(config.reward, config.protocol.prefill)),
         train=config.train,
-        diagnostics=functools.partial(diagnostics, prefill=config.protocol.prefill),
+        diagnostics=functools.partial(
+            diagnostics,
+            prefill=config.protocol.prefill,
+            empty_answer=config.protocol.empty_answer == "answer",
+        ),
         step_diagnostics=step_diagnostics,
         oracle=TiresragOracle(config.protocol.prefill),
     )
@@ -470,6 +481,9 @@ def advantage_terms(
     ``np.std``, population, + 1e-8, whatever A_i uses)."""
     if baseline not in BASELINES:
         raise RagrlError(f"advantage_params.baseline must be one of {BASELINES}, got {baseline!r}")
+    for key, value in (("std", std), ("penalty_std", penalty_std)):
+        if value not in STDS:
+            raise RagrlError(f"advantage_params.{key} must be one of {STDS}, got {value!r}")
     if penalty not in PENALTY_MODES:
         raise RagrlError(f"advantage_params.penalty must be one of {PENALTY_MODES}, got {penalty!r}")
     if difficulty is None:  # the code's Reinforce++ path has no W

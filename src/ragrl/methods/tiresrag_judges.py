@@ -53,7 +53,7 @@ from ragrl.errors import RagrlError
 from ragrl.metrics.answer import cover_em
 from ragrl.metrics.judge_clients import JudgeClient, complete_all, make_judge, snippet
 from ragrl.rewards.registry import RewardContext, register_reward
-from ragrl.rollout.protocol import find_spans
+from ragrl.rollout.protocol import END_TOKEN_TEXT, find_spans
 from ragrl.rollout.trajectory import Trajectory
 
 SUFFICIENCY_SYSTEM = """You are an expert judge of question answering. You receive a QUESTION, its \
@@ -96,16 +96,11 @@ _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 # --- what the judges see ------------------------------------------------------------------------------
 
 
-END_TOKEN = re.compile(r"<\|[^|<>]*\|>|</s>")
-"""An end token's text (``<|im_end|>``, ``<|endoftext|>``, ``</s>``): the code's reward cuts the response
-at the first one."""
-
-
 def response_text(trajectory: Trajectory, prefill: str = "") -> str:
     """The response as the code's reward reads it: the prefill (its chat prompt ends with it, and its
     reward takes the query after ``<|im_start|>assistant``), then the completion, cut at the first end
     token."""
-    return END_TOKEN.split(prefill + trajectory.completion_text, maxsplit=1)[0]
+    return END_TOKEN_TEXT.split(prefill + trajectory.completion_text, maxsplit=1)[0]
 
 
 def without_answers(text: str) -> str:
@@ -136,7 +131,7 @@ def judge_inputs(trajectory: Trajectory, prefill: str = "") -> dict[str, str]:
     turns = []
     for segment in trajectory.segments:
         if segment.kind == "policy":
-            text, *after_end = END_TOKEN.split(segment.text, maxsplit=1)
+            text, *after_end = END_TOKEN_TEXT.split(segment.text, maxsplit=1)
             turns.append(text)
             if after_end:  # the response ends at an end token
                 break

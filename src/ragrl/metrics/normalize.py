@@ -4,26 +4,28 @@ Papers that all say "normalized exact match" use different normalizations, and t
 scores: SQuAD deletes punctuation (``U.S.`` → ``us``) while ARENA and TIRESRAG-R1 replace it with a
 space (``U.S.`` → ``u s``). Every metric in ``ragrl.metrics`` takes ``variant=`` naming one of these.
 
-=============  ==========================================================================================
-``squad``      lower → delete ``string.punctuation`` → ``\\b(a|an|the)\\b`` → space → collapse whitespace.
-               The official SQuAD v1.1 / HotpotQA scorer; also MuSiQue, FlashRAG, Search-R1 ``qa_em``,
-               Eval-RAR / AutoRefine, EVO-RAG. Aliases ``hotpotqa``, ``flashrag``.
-``arena``      ``_`` → space → lower → each char of ``string.punctuation`` and ``‘ ’ ´ ` `` → space →
-               articles → space → collapse whitespace. ARENA's reward and evaluation code.
-``tiresrag``   the whole string ``"True"`` → ``"yes"``, ``"False"`` → ``"no"`` (exact, case-sensitive,
-               before anything else), then ``_`` → space → lower → each char of ``string.punctuation``
-               and ``´`` → space → articles → space → collapse whitespace: ``arena`` without the curly
-               quotes ``‘ ’``, which stay (the authors' ``normalize_answer`` lists ``' ' ´ ` `` and
-               both quotes there are the straight one). TIRESRAG-R1 and R1-Searcher. Alias
-               ``r1_searcher``.
-``none``       strip and collapse whitespace only (case and punctuation kept): exact comparison.
-               Alias ``exact``.
-=============  ==========================================================================================
+=================  ========================================================================================
+``squad``          lower → delete ``string.punctuation`` → ``\\b(a|an|the)\\b`` → space → collapse whitespace.
+                   The official SQuAD v1.1 / HotpotQA scorer; also MuSiQue, FlashRAG, Search-R1 ``qa_em``,
+                   Eval-RAR / AutoRefine, EVO-RAG. Aliases ``hotpotqa``, ``flashrag``.
+``arena``          ``_`` → space → lower → each char of ``string.punctuation`` and ``‘ ’ ´ ` `` → space →
+                   articles → space → collapse whitespace. ARENA's reward and evaluation code.
+``tiresrag``       the whole string ``"True"`` → ``"yes"``, ``"False"`` → ``"no"`` (exact, case-sensitive,
+                   before anything else), then ``_`` → space → lower → each char of ``string.punctuation``
+                   and ``´`` → space → articles → space → collapse whitespace: ``arena`` without the curly
+                   quotes ``‘ ’``, which stay (the authors' ``normalize_answer`` lists ``' ' ´ ` `` and
+                   both quotes there are the straight one). TIRESRAG-R1's answer reward.
+``r1_searcher``    the same ``True``/``False`` mapping, then ``arena`` (the curly quotes go):
+                   R1-Searcher's ``normalize_answer``, which TIRESRAG-R1's OpenRLHF fork also keeps in
+                   ``cli/server_rm_rag.py``.
+``none``           strip and collapse whitespace only (case and punctuation kept): exact comparison.
+                   Alias ``exact``.
+=================  ========================================================================================
 
 "Collapse whitespace" is ``" ".join(text.split())``: Python's ``str.split()`` splits on every Unicode
 whitespace character (no-break space, em space, line separator, ...), exactly as the reference
-scripts do. Only ASCII punctuation is removed; ``—``, ``’`` (except in ``arena``) and full-width
-punctuation stay, as in the reference scripts.
+scripts do. Only ASCII punctuation is removed; ``—``, ``’`` (except in ``arena`` and ``r1_searcher``)
+and full-width punctuation stay, as in the reference scripts.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def normalize_tiresrag(text: str) -> str:
     return _collapse(_ARTICLES.sub(" ", text))
 
 
+def normalize_r1_searcher(text: str) -> str:
+    """R1-Searcher normalization: ``bool_to_yes_no`` then ``normalize_arena`` (the curly quotes go)."""
+    return normalize_arena(bool_to_yes_no(text))
+
+
 def normalize_none(text: str) -> str:
     """No normalization beyond stripping and collapsing whitespace."""
     return _collapse(text)
@@ -124,9 +131,15 @@ _VARIANTS: dict[str, Variant] = {
             normalize_tiresrag,
             "whole string 'True' -> 'yes', 'False' -> 'no'; _ -> space; lower; "
             "string.punctuation and ´ -> space (‘ ’ stay); \\b(a|an|the)\\b -> space; collapse whitespace",
-            "TIRESRAG-R1 answer reward and R1-Searcher (metric_calc_rule: EM, cover-EM, F1)",
+            "TIRESRAG-R1 answer reward (reward/answer_reflection_reward.py: EM, cover-EM, F1)",
             yes_no_rule=True,
-            aliases=("r1_searcher",),
+        ),
+        Variant(
+            "r1_searcher",
+            normalize_r1_searcher,
+            "whole string 'True' -> 'yes', 'False' -> 'no'; then arena",
+            "R1-Searcher (metric_calc_rule: EM, cover-EM, F1; OpenRLHF-RAG cli/server_rm_rag.py)",
+            yes_no_rule=True,
         ),
         Variant(
             "none",

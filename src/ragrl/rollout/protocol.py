@@ -107,6 +107,12 @@ _WS = re.compile(r"\s+")
 _MARKUP = re.compile(r"</?[A-Za-z][\w-]*/?>")
 
 
+END_TOKEN_TEXT = re.compile(r"<\|[^|<>]*\|>|</s>")
+"""An end token's text as a saved completion holds it (``<|im_end|>``, ``<|endoftext|>``, ``<|eot|>``,
+``</s>``): a response ends there (a live rollout stops at EOS; TIRESRAG-R1's reward cuts at
+``<|im_end|>``)."""
+
+
 def squash_ws(text: str) -> str:
     """Collapse runs of whitespace to one space and strip (for queries and answers)."""
     return _WS.sub(" ", text).strip()

@@ -6,7 +6,9 @@ at those spans and, as a backend would have stopped, right after the first stop 
 each turn is parsed as during the rollout, and an episode ends at its final action, unless the
 protocol's ``after_answer`` asks for a reflection pass: that pass is the rest of the saved text, read to
 its end however many answers it gives (a live rollout stops at the passes the protocol asks for, but
-saved text may come from anywhere; TIRESRAG-R1's code and spec take the last answer as the prediction). Token
+saved text may come from anywhere; TIRESRAG-R1's code and spec take the last answer as the prediction).
+An end token's text (``<|im_end|>``, ``</s>``: ``END_TOKEN_TEXT``) ends the episode, as EOS ends a live
+one. Token
 ids are not available from text, so segments carry none; search actions carry no retrieved ids.
 Rewards that read only text, actions and the final answer score such a trajectory exactly as the live
 one.
@@ -20,7 +22,7 @@ from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
 from ragrl.rollout.backtrack import active_steps
 from ragrl.rollout.engine import trajectory_from_record
-from ragrl.rollout.protocol import Protocol, read_turn, squash_ws
+from ragrl.rollout.protocol import END_TOKEN_TEXT, Protocol, read_turn, squash_ws
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 
@@ -49,6 +51,9 @@ def trajectory_from_completion(
             traj.segments.append(Segment("env", [], text))
             continue
         for turn_text in _split_at_stops(text, protocol.stop):
+            end = END_TOKEN_TEXT.search(turn_text)
+            if end:  # the response ends at an end token, as a live rollout at EOS
+                turn_text, ended = turn_text[: end.end()], True
             traj.segments.append(Segment("policy", [], turn_text, []))
             if not turn_text.strip():
                 continue  # whitespace between observations is not a turn
@@ -68,6 +73,8 @@ def trajectory_from_completion(
                     ended = True
                     break
                 reflecting = True
+            if ended:
+                break
     traj.finish_reason = "no_answer" if traj.final_answer is None else "answer"
     return traj
 
