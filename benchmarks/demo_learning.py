@@ -7,7 +7,8 @@ nothing: what it answers without reading), the heuristic demonstrator, the most 
 (collapse check), wall time and peak memory. The last line is the mean answerable-EM gain over the
 seeds (the learning issue's bar: >= +15 points on average, >= +10 on every seed).
 
-    python benchmarks/demo_learning.py --seeds 0 1 2 [--split facts|entities] [--workdir DIR] [--set k=v]
+    python benchmarks/demo_learning.py --seeds 0 1 2 [--base shipped|scratch|DIR] [--split facts|entities]
+        [--workdir DIR] [--set k=v]
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
-from ragrl.train.demo import DEFAULT_COPY_STEPS, run_demo
+from ragrl.train.demo import DEFAULT_COPY_STEPS, run_demo, sft_control
+from ragrl.train.reader import SHIPPED_BASE
 
 
 def main() -> None:
@@ -28,15 +30,24 @@ def main() -> None:
         "--split", default=DEFAULT_SPLIT_MODE, help="world split: facts (default) or entities"
     )
     parser.add_argument("--copy-steps", type=int, default=DEFAULT_COPY_STEPS)
+    parser.add_argument(
+        "--base", default="shipped", help="shipped (the reader base), scratch (the earlier demo) or a folder"
+    )
+    parser.add_argument(
+        "--sft-control",
+        action="store_true",
+        help="also train each warm start with SFT alone for the RL stage's wall time, and evaluate it",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ragrl-demo-learning-"))
+    base = {"shipped": SHIPPED_BASE, "scratch": None}.get(args.base, args.base)
 
-    gains, walls, peaks = [], [], []
+    gains, walls, peaks, over_sft = [], [], [], []
     for seed in args.seeds:
         s = run_demo(
-            workdir / f"seed-{seed}", seed=seed, split=args.split, copy_steps=args.copy_steps,
+            workdir / f"seed-{seed}", seed=seed, split=args.split, base=base, copy_steps=args.copy_steps,
             overrides=args.overrides, force=True,
         )  # fmt: skip
         gain = 100 * (s["em_answerable_after"] - s["em_answerable_before"])
@@ -53,6 +64,17 @@ def main() -> None:
             f"{s['wall_seconds']:.0f} s, peak {s['peak_memory_mb']:.0f} MB",
             flush=True,
         )
+        if args.sft_control:
+            c = sft_control(workdir / f"seed-{seed}", s["rl_seconds"], overrides=args.overrides)
+            over_sft.append(100 * (s["em_answerable_after"] - c["em_answerable"]))
+            print(
+                f"seed {seed} SFT-only control: {c['steps']} more SFT steps ({c['seconds']:.0f} s against "
+                f"RL's {s['rl_seconds']:.0f} s): answerable EM {c['em_answerable']:.3f}; RL "
+                f"{s['em_answerable_after']:.3f} ({over_sft[-1]:+.1f} points over SFT)",
+                flush=True,
+            )
+    if over_sft:
+        print(f"mean RL gain over the SFT-only control: {statistics.mean(over_sft):+.1f} points")
     print(
         f"wall time per seed: mean {statistics.mean(walls):.0f} s, max {max(walls):.0f} s; "
         f"peak {max(peaks):.0f} MB"

@@ -155,11 +155,20 @@ def test_evo_rag_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_pat
 
 def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     out = tmp_path / "demo"
-    args = ["demo", "--out", str(out), "--copy-steps", "3", *sets(*TINY, "train.steps=1")]
+    args = [
+        "demo",
+        "--out",
+        str(out),
+        "--base",
+        "scratch",
+        "--copy-steps",
+        "3",
+        *sets(*TINY, "train.steps=1"),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["split"] == "facts" and summary["copy_steps"] == 3
+    assert summary["split"] == "facts" and summary["copy_steps"] == 3 and summary["base"] is None
     assert json.loads((out / "tiny-policy" / "ragrl_tiny.json").read_text())["copy_pretraining"]["steps"] == 3
     rows = summary["held_out"]
     assert list(rows) == [
@@ -202,7 +211,7 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert summary["n_eval"] == 3 and summary["warm_start_steps"] == 2
     assert (out / "report.md").read_text().count("curves.png") == 1
     assert (out / "warm_start" / "metrics.jsonl").is_file()
-    exists = runner.invoke(app, ["demo", "--out", str(out)])
+    exists = runner.invoke(app, ["demo", "--out", str(out), "--base", "scratch"])
     assert exists.exit_code != 0 and "--force" in str(exists.exception)
 
 
@@ -280,3 +289,46 @@ def test_grpo_settings_that_cannot_learn_are_refused_before_loading(tmp_path, ba
     result = runner.invoke(app, ["train", "search_r1-tiny", "--out", str(tmp_path / "r"), *sets])
     assert result.exit_code != 0 and why in str(result.exception)
     assert not (tmp_path / "r").exists()  # refused before the run folder is made
+
+
+@pytest.fixture(scope="module")
+def toy_base(tmp_path_factory):
+    """A reader base at toy scale (``ragrl.train.reader``): two worlds, three SFT steps."""
+    from ragrl.train.reader import ReaderRecipe, pretrain_reader
+
+    out = tmp_path_factory.mktemp("reader") / "base"
+    recipe = ReaderRecipe(
+        worlds=2, protected=(0,), steps=3, batch_size=4, hidden=32, layers=1, heads=2, intermediate=64,
+        vocab_size=1024, copy_steps=0, validation_questions=2,
+    )  # fmt: skip
+    pretrain_reader(out, recipe, command="test")
+    return out
+
+
+def test_demo_from_a_reader_base(tmp_path, toy_base):
+    """The demo's path from a pretrained base: no tiny policy is built, the base's BPE tokenizer is
+    used as it is (no name swap), and the base folder is left untouched (its SHA256SUMS still holds)."""
+    from ragrl.llm.checksums import verify_checksums
+
+    out = tmp_path / "demo"
+    args = ["demo", "--out", str(out), "--base", str(toy_base), *sets(*TINY, "train.steps=1")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["base"] == str(toy_base) and summary["copy_steps"] == 0
+    assert not (out / "tiny-policy").exists()
+    assert list(summary["held_out"]) == [
+        "heuristic demonstrator", "warm start (SFT)", "after GRPO", "after GRPO, closed-book",
+    ]  # fmt: skip
+    config = (out / "config.yaml").read_text()
+    assert f"path: {toy_base}" in config and "name_swap: 0.0" in config
+    assert verify_checksums(toy_base) > 0
+    # the SFT-only control: the warm start trained on for the RL stage's time, then the same evaluation
+    from ragrl.train.demo import sft_control
+
+    control = sft_control(out, seconds=0.01)
+    assert control["steps"] == 1 and control["n"] == summary["held_out"]["after GRPO"]["n"]
+    assert json.loads((out / "sft_control" / "scores.json").read_text()) == control
+    assert summary["rl_seconds"] > 0
+    bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "x"), "--base", str(tmp_path / "none")])
+    assert bad.exit_code != 0 and "is not a folder" in str(bad.exception)

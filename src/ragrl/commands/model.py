@@ -59,6 +59,52 @@ def tiny(
     typer.echo(f"saved to:   {path}  ({time.perf_counter() - started:.1f} s)")
 
 
+@app.command()
+def reader(
+    out: Path = typer.Option(None, "--out", "-o", help="Folder for the base (default: the shipped one's)."),
+    worlds: int = typer.Option(16, "--worlds", help="Pretraining worlds."),
+    first_seed: int = typer.Option(1000, "--first-seed", help="Seed of the first pretraining world."),
+    steps: int = typer.Option(2000, "--steps", help="Reading SFT steps."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Demonstrations per SFT step."),
+    lr: float = typer.Option(1e-3, "--lr", help="SFT learning rate."),
+    hidden: int = typer.Option(128, "--hidden", help="Hidden size."),
+    layers: int = typer.Option(4, "--layers", help="Transformer layers."),
+    heads: int = typer.Option(4, "--heads", help="Attention heads."),
+    vocab_size: int = typer.Option(8192, "--vocab-size", help="BPE vocabulary, tags included."),
+    copy_steps: int = typer.Option(1500, "--copy-steps", help="At most this many copy pre-training steps."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the weights and the SFT order."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out."),
+    set_: list[str] = typer.Option([], "--set", help="Override of the reading SFT's config (k=v)."),
+) -> None:
+    """Build the pretrained reader base: a tiny policy taught to read on other synthetic worlds
+    (docs/models.md). The shipped base is `make reader-base`."""
+    import shlex
+    import sys
+
+    from ragrl.train.reader import SHIPPED_BASE, ReaderRecipe, pretrain_reader
+
+    recipe = ReaderRecipe(
+        worlds=worlds, first_seed=first_seed, steps=steps, batch_size=batch_size, lr=lr, hidden=hidden,
+        layers=layers, heads=heads, intermediate=3 * hidden, vocab_size=vocab_size, copy_steps=copy_steps,
+        seed=seed,
+    )  # fmt: skip
+    command = "ragrl " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    manifest = pretrain_reader(out or SHIPPED_BASE, recipe, overrides=set_, force=force, command=command)
+    v = manifest["validation"]
+    typer.echo(f"parameters: {manifest['parameters']:,}  (vocabulary {manifest['vocab_size']}, BPE)")
+    typer.echo(
+        f"worlds: {manifest['seeds']}; skipped for a shared fact: {manifest['fairness']['skipped_seeds']}"
+    )
+    typer.echo(
+        f"validation world {manifest['validation_seed']}: EM {v['em']:.3f}, answerable EM "
+        f"{v['em_answerable']:.3f}, answerable misses {v['outcomes_answerable']}"
+    )
+    typer.echo(
+        f"saved to: {out or SHIPPED_BASE} "
+        f"({manifest['wall_seconds']} s, peak {manifest['peak_memory_mb']} MB)"
+    )
+
+
 @app.command("import-gguf")
 def import_gguf_command(
     gguf_file: Path = typer.Argument(..., metavar="FILE", help="A GGUF checkpoint transformers can read."),

@@ -292,17 +292,32 @@ def demo(
             "(it stops early once it copies; then the long-sequence steps run)."
         ),
     ] = DEFAULT_COPY_STEPS,
+    base: Annotated[
+        str,
+        typer.Option(
+            help="The policy to start from: 'shipped' (the pretrained reader base in the package, "
+            "`make reader-base`), a reader-base folder, or 'scratch' (a tiny policy built on the world, "
+            "pre-trained to copy: the earlier demo)."
+        ),
+    ] = "shipped",
     set_: SetOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing run folder.")] = False,
 ) -> None:
-    """The main job: world -> tiny policy -> SFT warm start -> GRPO -> held-out EM before/after."""
+    """The main job: world -> reader base -> SFT warm start -> GRPO -> held-out EM before/after."""
     from ragrl.train.demo import run_demo, summary_table
+    from ragrl.train.reader import SHIPPED_BASE
     from ragrl.train.setup import process_state
 
     if process_state().num_processes > 1:
         raise RagrlError("ragrl demo runs on one process; launch `ragrl train` on several instead")
-
-    s = run_demo(out, seed=seed, split=split, copy_steps=copy_steps, overrides=set_ or (), force=force)
+    start = {"shipped": SHIPPED_BASE, "scratch": None}.get(base, base)
+    if start is not None and not Path(start).is_dir():
+        raise RagrlError(
+            f"--base: {start} is not a folder (the shipped base is rebuilt by `make reader-base`)"
+        )
+    s = run_demo(
+        out, seed=seed, split=split, base=start, copy_steps=copy_steps, overrides=set_ or (), force=force
+    )
     console.print(summary_table(s))
     gain = 100 * (s["em_answerable_after"] - s["em_answerable_before"])
     console.print(

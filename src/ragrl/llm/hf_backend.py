@@ -32,6 +32,7 @@ import torch
 
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import FinishReason, Generation, SamplingParams
+from ragrl.llm.checksums import verify_checksums
 from ragrl.llm.kv_cache import PrefixCache, new_cache
 from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
 
@@ -106,12 +107,14 @@ def adapter_base(path: Path) -> Path:
 
 def _load(path: Path, dtype: torch.dtype, *, keep_adapter: bool = False) -> Any:
     """The causal LM in a local folder; a folder transformers cannot load (empty, no weights, a broken
-    config or weights file) is a ``RagrlError`` naming it. A folder of LoRA adapters (a LoRA run's
-    ``policy/`` or ``best/``) loads its base model with the adapters merged in, or, with
-    ``keep_adapter``, as a peft model whose adapters train on."""
+    config or weights file), or whose ``SHA256SUMS`` does not match, is a ``RagrlError`` naming it. A
+    folder of LoRA adapters (a LoRA run's ``policy/`` or ``best/``) loads its base model with the adapters
+    merged in, or, with ``keep_adapter``, as a peft model whose adapters train on."""
     if (path / ADAPTER_CONFIG).is_file():
         return _load_adapter(path, dtype, keep_adapter)
     from transformers import AutoModelForCausalLM
+
+    verify_checksums(path)  # a folder that ships SHA256SUMS (the reader base) is checked first
 
     try:
         try:

@@ -131,6 +131,69 @@ def name_sharing(world: SynthWorld) -> dict[str, float]:
     return out
 
 
+# --- across worlds: what a reader base pretrained on other worlds may have seen ----------------------
+
+
+def _key(text: str) -> str:
+    return normalize(str(text), "squad")
+
+
+def stated_named_facts(world: SynthWorld) -> set[tuple[str, str]]:
+    """Every fact a world's corpus states, by name: (subject, value) for each name and alias of each
+    entity whose passage is in the corpus, and each of its facts' values and related entities' names and
+    aliases, normalized. Names, not ids: worlds of different seeds share no ids, but a made-up word can
+    recur in two of them."""
+    by_id = {e.id: e for e in world.store}
+    in_corpus = {p.id for p in world.corpus}
+    out: set[tuple[str, str]] = set()
+    for e in world.store:
+        if e.passage_id not in in_corpus:
+            continue
+        values = {str(v) for v in e.facts.values()}
+        for target in e.rels.values():
+            related = by_id[target]
+            values.update([related.name, *related.aliases])
+        for subject in {e.name, *e.aliases}:
+            out.update((_key(subject), _key(v)) for v in values)
+    return out
+
+
+def held_out_named_facts(world: SynthWorld) -> set[tuple[str, str]]:
+    """The facts the held-out questions (every split but ``train``) need, by name: (the name or an alias
+    of the entity whose passage a decomposition step reads, an answer of that step), normalized."""
+    by_passage = {e.passage_id: e for e in world.store}
+    out: set[tuple[str, str]] = set()
+    for split, examples in world.splits.items():
+        if split == "train":
+            continue
+        for ex in examples:
+            for step in ex.decomposition:
+                for pid in step.supporting_ids:
+                    e = by_passage[pid]
+                    out.update((_key(n), _key(a)) for n in {e.name, *e.aliases} for a in step.answers)
+    return out
+
+
+def cross_world_overlap(readers: list[SynthWorld], protected: list[SynthWorld]) -> dict[str, Any]:
+    """Does any pretraining world (``readers``) state a fact a held-out question of a ``protected`` world
+    needs? ``shared_facts`` must be 0; ``shared_names`` (name words of both) is allowed: names recur with
+    other facts."""
+    stated = set().union(*(stated_named_facts(w) for w in readers)) if readers else set()
+    needed = set().union(*(held_out_named_facts(w) for w in protected)) if protected else set()
+
+    def words(worlds: list[SynthWorld]) -> set[str]:
+        return {w for world in worlds for e in world.store for n in (e.name, *e.aliases) for w in n.split()}
+
+    return {
+        "reader_seeds": [w.seed for w in readers],
+        "protected_seeds": [w.seed for w in protected],
+        "stated_facts": len(stated),
+        "protected_held_out_facts": len(needed),
+        "shared_facts": len(stated & needed),
+        "shared_name_words": len(words(readers) & words(protected)),
+    }
+
+
 def split_stats(examples: list[Example]) -> dict[str, Any]:
     out = compute_stats(examples)
     templates = Counter(ex.metadata.get("template", "") for ex in examples)

@@ -60,6 +60,20 @@ DEMO_SETTINGS = (
 )
 
 
+BASE_SETTINGS = (
+    "train.sft.batch_size=32",
+    "train.sft.lr=1e-3",
+    "train.sft.max_steps=100",
+)
+"""The demo's warm start and GRPO from the pretrained reader base, over ``DEMO_SETTINGS`` (whose name
+swap needs a word-level tokenizer: the base's BPE spells names, and has read other worlds' facts)."""
+
+
+def base_settings() -> list[str]:
+    """``DEMO_SETTINGS`` without the name swap, then ``BASE_SETTINGS``."""
+    return [s for s in DEMO_SETTINGS if not s.startswith("train.sft.name_swap")] + list(BASE_SETTINGS)
+
+
 def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
     """EM, EM on the answerable questions, the most common answer and its share, searches, and the
     outcomes of the answerable questions."""
@@ -86,11 +100,16 @@ def run_demo(
     seed: int = 0,
     size: str = "small",
     split: str = DEFAULT_SPLIT_MODE,
+    base: str | Path | None = None,
     copy_steps: int = DEFAULT_COPY_STEPS,
     overrides: Sequence[str] = (),
     force: bool = False,
 ) -> dict[str, Any]:
-    """Run the whole demo into ``out``; returns the summary (also written to ``summary.json``)."""
+    """Run the whole demo into ``out``; returns the summary (also written to ``summary.json``).
+
+    ``base``: a pretrained reader base (``ragrl.train.reader``; its ``SHA256SUMS`` is checked when it
+    loads) that the warm start starts from, with ``BASE_SETTINGS``; None builds the policy from scratch
+    on the world (``copy_steps`` of copy pre-training, then ``DEMO_SETTINGS``' name-swapped warm start)."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_corpus, read_examples
     from ragrl.eval.runner import evaluate
@@ -125,22 +144,27 @@ def run_demo(
     retriever = BM25Retriever.build(passages)
     retriever.save(world_dir / "bm25")
 
-    # 2. the tiny policy, pre-trained to copy
-    console.print(f"demo: tiny policy, copy pre-training (at most {copy_steps} steps)")
-    create_tiny_policy(
-        world_dir, out / "tiny-policy", seed=seed, copy=CopyPretraining(steps=copy_steps),
-        extra_texts=vocabulary_texts(),
-    )  # fmt: skip
+    # 2. the policy: the pretrained reader base, or a tiny policy built here and pre-trained to copy
+    if base is not None:
+        policy_dir, settings = Path(base), base_settings()
+        console.print(f"demo: the pretrained reader base {policy_dir}")
+    else:
+        policy_dir, settings = out / "tiny-policy", list(DEMO_SETTINGS)
+        console.print(f"demo: tiny policy, copy pre-training (at most {copy_steps} steps)")
+        create_tiny_policy(
+            world_dir, policy_dir, seed=seed, copy=CopyPretraining(steps=copy_steps),
+            extra_texts=vocabulary_texts(),
+        )  # fmt: skip
 
-    base = [
+    common = [
         f"train.seed={seed}",
-        f"train.model.path={out / 'tiny-policy'}",
+        f"train.model.path={policy_dir}",
         f"train.data.train={world_dir / 'train.jsonl'}",
         f"train.data.eval={world_dir / 'dev.jsonl'}",
         f"train.data.index={world_dir / 'bm25'}",
-        *DEMO_SETTINGS,
+        *settings,
     ]
-    method = load_method(DEMO_CONFIG, [*base, *overrides])
+    method = load_method(DEMO_CONFIG, [*common, *overrides])
     config = method.train
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
@@ -184,7 +208,9 @@ def run_demo(
     )
     heuristic_scores = _held_out(evaluate(heuristic, retriever, method, held_out), held_out)
     warm = on_test(retriever)
+    rl_started = time.perf_counter()
     summary = grpo.train()
+    rl_seconds = time.perf_counter() - rl_started
     after = on_test(retriever)
 
     # 5. the closed-book control, the summary (the whole demo's wall time and memory) and the report
@@ -198,7 +224,8 @@ def run_demo(
     }
     summary.update(
         split=split,
-        copy_steps=copy_steps,
+        base=str(base) if base is not None else None,
+        copy_steps=copy_steps if base is None else 0,
         **before_after(warm, after),  # the test questions' (the trainer's own are the dev ones)
         n_dev=len(grpo.eval_examples),
         dev_em_answerable={str(e["step"]): e["eval/em_answerable"] for e in grpo.evals},
@@ -209,12 +236,65 @@ def run_demo(
         em_heuristic=heuristic_scores["em"],
         em_answerable_heuristic=heuristic_scores["em_answerable"],
         warm_start_steps=sft.step_count,
+        rl_seconds=round(rl_seconds, 1),
         wall_seconds=round(time.perf_counter() - t0, 1),
         peak_memory_mb=peak_memory_mb(),
     )
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     write_report(out, summary)
     return summary
+
+
+def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The SFT-only control of a finished demo run in ``out``: its warm start trained on with SFT on the
+    same demonstrations for about ``seconds`` more (the RL stage's wall time; steps = ``seconds`` / the
+    warm start's mean step time), then evaluated on the held-out test questions as the closing table's
+    rows are. Written to ``out/sft_control/``; returns the row with ``steps`` and ``seconds``."""
+    from ragrl.console import quiet_libraries
+    from ragrl.data.io import read_examples
+    from ragrl.eval.runner import evaluate
+    from ragrl.retrieval.bm25 import BM25Retriever
+    from ragrl.synth.demonstrators import QuotingOracle
+    from ragrl.train.setup import load_policy, make_accelerator
+    from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+    quiet_libraries()
+    out = Path(out)
+    logged = [
+        json.loads(line)
+        for line in (out / "warm_start" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    step_seconds = [r["step_seconds"] for r in logged if r.get("kind") == "sft" and "step_seconds" in r]
+    if not step_seconds:
+        raise RagrlError(f"{out / 'warm_start'}: no SFT step was logged, so no step time to budget with")
+    steps = max(1, round(seconds / (sum(step_seconds) / len(step_seconds))))
+    method = load_method(
+        out / "config.yaml",
+        [f"train.model.path={out / 'warm_start' / 'policy'}", f"train.sft.max_steps={steps}", *overrides],
+    )
+    config = method.train
+    world_dir = out / "world"
+    train, _ = read_examples(world_dir / "train.jsonl")
+    test, _ = read_examples(world_dir / "test.jsonl")
+    retriever = BM25Retriever.load(world_dir / "bm25")
+    accelerator = make_accelerator(config)
+    model, tokenizer = load_policy(config.model, accelerator.device)
+    demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), train, retriever)
+    console.print(f"demo control: SFT for {steps} more steps (~{seconds:.0f} s, the RL stage's time)")
+    started = time.perf_counter()
+    sft = SFTTrainer(
+        method, config, demos, run_dir=out / "sft_control", eval_examples=[], retriever=retriever,
+        accelerator=accelerator, model=model, tokenizer=tokenizer,
+    )  # fmt: skip
+    sft.train()
+    took = time.perf_counter() - started
+    held_out = method.prepare_examples(test, str(world_dir / "test.jsonl"))[: config.data.eval_limit or None]
+    report = evaluate(
+        sft.backend, retriever, method, held_out, seed=config.seed, temperature=config.eval_temperature
+    )
+    row = {**_held_out(report, held_out), "steps": steps, "seconds": round(took, 1)}
+    (out / "sft_control" / "scores.json").write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+    return row
 
 
 MISSES = "answerable missed: search / read / none"

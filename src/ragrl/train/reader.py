@@ -1,0 +1,301 @@
+"""The pretrained reader base: a tiny policy that has learned to read before any demo or benchmark runs.
+
+A policy trained from scratch inside the demo's ten minutes does not read new facts, so RL has nothing
+to build on (docs/training.md). The papers start from a pretrained LLM that already reads and use RL to
+teach it when and what to search and how to answer. This module builds the same shape for the CPU, once:
+
+1. **worlds** — ``worlds`` synthetic worlds with seeds from ``first_seed`` (1000 by default, disjoint from
+   the demo's and the benchmarks' seeds). A candidate world is skipped when it states a fact that a
+   held-out question of a protected world (seeds ``protected``) needs (``ragrl.synth.fairness
+   .cross_world_overlap``): names may recur across worlds, facts that a held-out question needs may not;
+2. **tokenizer** — byte-level BPE trained on the pretraining worlds' text and the protocols' wording
+   (``ragrl.methods.vocabulary_texts``): it spells any world's names, seen or not, as pieces (about two
+   per name word), which a word-level vocabulary cannot;
+3. **copy pre-training** (``ragrl.llm.copy_pretrain``), as the demo's policy had;
+4. **reading** — SFT on the quoting oracle's demonstrations (``QuotingOracle``: search the entity each
+   hop is about, quote the evidence sentence of the passages found, answer; ``unknown`` when the
+   evidence was removed) over every question of every pretraining world, each played with its own
+   world's BM25 index through the demo's protocol (``ragrl.train.demo.DEMO_CONFIG`` with the demo's
+   prompt). Each world's facts are new, so copying from the passages is the only way to its answers;
+5. **validation** — greedy evaluation on the held-out questions of one more world of the pretraining
+   range (``first_seed + worlds`` onwards, never trained on): what the base reads on a world it never saw.
+
+``pretrain_reader(out, recipe)`` writes an ordinary model folder (``from_pretrained`` loads it) with
+``ragrl_reader.json`` (the recipe, the seeds used and skipped, the fairness report, the validation
+scores, the wall time, the command that rebuilds it) and ``SHA256SUMS``, the sha256 of every file, which
+every load of the folder checks (``ragrl.llm.checksums``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragrl.console import console
+from ragrl.errors import RagrlError
+from ragrl.llm.checksums import write_checksums
+
+MANIFEST = "ragrl_reader.json"
+FORMAT = "ragrl-reader/1"
+SHIPPED_BASE = Path(__file__).resolve().parents[1] / "assets" / "reader-base"
+"""Where the shipped reader base lives (``make reader-base`` rebuilds it there)."""
+
+
+@dataclass
+class ReaderRecipe:
+    """How a reader base is built (module docstring). The defaults are the shipped base's."""
+
+    worlds: int = 16
+    first_seed: int = 1000
+    size: str = "small"
+    protected: tuple[int, ...] = tuple(range(10))
+    """Seeds of the demo's and the benchmarks' worlds: no fact their held-out questions need may be
+    stated in a pretraining world."""
+    vocab_size: int = 8192
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    intermediate: int = 384
+    copy_steps: int = 1500
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 1e-3
+    seed: int = 0
+    validation_questions: int = 100
+
+    def __post_init__(self) -> None:
+        self.protected = tuple(int(s) for s in self.protected)
+        for name in ("worlds", "steps", "batch_size", "validation_questions"):
+            if getattr(self, name) < 1:
+                raise RagrlError(f"reader recipe: {name} must be >= 1, got {getattr(self, name)}")
+        if self.first_seed in self.protected or self.first_seed <= max(self.protected, default=-1):
+            raise RagrlError(
+                f"reader recipe: first_seed {self.first_seed} must lie above the protected seeds "
+                f"({min(self.protected)}-{max(self.protected)}): the pretraining worlds are other worlds"
+            )
+
+
+@dataclass
+class PretrainingWorlds:
+    """The worlds a base reads, the candidates skipped for a shared fact, and the fairness report."""
+
+    worlds: list[Any]
+    skipped: dict[int, int] = field(default_factory=dict)
+    """Seed of a skipped candidate -> the number of protected held-out facts it states."""
+    validation: Any = None
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def choose_worlds(recipe: ReaderRecipe) -> PretrainingWorlds:
+    """``recipe.worlds`` worlds from ``first_seed`` on that state no fact a protected world's held-out
+    question needs, then the first such world after them for validation."""
+    from ragrl.synth.fairness import cross_world_overlap, held_out_named_facts, stated_named_facts
+    from ragrl.synth.generate import generate_world
+
+    protected = {seed: generate_world(seed, recipe.size) for seed in recipe.protected}
+    needed = set().union(*(held_out_named_facts(w) for w in protected.values())) if protected else set()
+    chosen: list[Any] = []
+    skipped: dict[int, int] = {}
+    seed = recipe.first_seed
+    validation = None
+    while validation is None:
+        world = generate_world(seed, recipe.size)
+        shared = len(stated_named_facts(world) & needed)
+        if shared:
+            skipped[seed] = shared
+        elif len(chosen) < recipe.worlds:
+            chosen.append(world)
+        else:
+            validation = world
+        seed += 1
+        if seed - recipe.first_seed > 10 * (recipe.worlds + 1) + 100:
+            raise RagrlError("reader base: too many candidate worlds share a fact with the protected ones")
+    report = cross_world_overlap(chosen, list(protected.values()))
+    report["skipped_seeds"] = {str(s): n for s, n in skipped.items()}
+    return PretrainingWorlds(chosen, skipped, validation, report)
+
+
+def world_texts(world: Any) -> list[str]:
+    """A world's text for the tokenizer: its passages (title and text), questions and answers."""
+    texts = [f"{p.title} {p.text}" for p in world.corpus]
+    for examples in world.splits.values():
+        for ex in examples:
+            texts.append(ex.question)
+            texts.extend(ex.answers)
+    return texts
+
+
+def distinct_prompts(method: Any, examples: list[Any]) -> list[Any]:
+    """The first question of each prompt (a world can ask the same question in two splits, or twice in
+    one; a demonstration is played by its prompt)."""
+    seen: set[str] = set()
+    out = []
+    for ex in examples:
+        prompt = method.protocol.prompt_text(ex)
+        if prompt not in seen:
+            seen.add(prompt)
+            out.append(ex)
+    return out
+
+
+def reader_method(world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overrides: list[str]) -> Any:
+    """The demo's method (its config and prompt), pointed at one world, with the reading SFT's settings."""
+    from ragrl.methods import load_method
+    from ragrl.train.demo import DEMO_CONFIG, DEMO_SETTINGS
+
+    settings = [s for s in DEMO_SETTINGS if not s.startswith("train.sft.")]
+    return load_method(
+        DEMO_CONFIG,
+        [
+            f"train.seed={recipe.seed}",
+            f"train.model.path={model_dir}",
+            f"train.data.train={world_dir / 'train.jsonl'}",
+            f"train.data.index={world_dir / 'bm25'}",
+            *settings,
+            f"train.sft.batch_size={recipe.batch_size}",
+            f"train.sft.lr={recipe.lr}",
+            f"train.sft.max_steps={recipe.steps}",
+            "train.save_every=0",
+            *overrides,
+        ],
+    )
+
+
+def pretrain_reader(
+    out: str | Path,
+    recipe: ReaderRecipe | None = None,
+    *,
+    overrides: list[str] | None = None,
+    force: bool = False,
+    command: str = "",
+) -> dict[str, Any]:
+    """Build a reader base into ``out`` (module docstring); returns its manifest, which records
+    ``command`` (how to rebuild it)."""
+    from ragrl.console import quiet_libraries
+    from ragrl.eval.runner import evaluate
+    from ragrl.llm.copy_pretrain import CopyPretraining, copy_pretrain
+    from ragrl.llm.tiny import (
+        TinyConfig,
+        build_tiny_model,
+        count_parameters,
+        portable_tokenizer_config,
+        train_tokenizer,
+    )
+    from ragrl.methods import vocabulary_texts
+    from ragrl.retrieval.bm25 import BM25Retriever
+    from ragrl.synth.demonstrators import QuotingOracle
+    from ragrl.train.demo import _held_out
+    from ragrl.train.setup import make_accelerator, peak_memory_mb
+    from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+    recipe = recipe or ReaderRecipe()
+    overrides = list(overrides or [])
+    quiet_libraries()
+    started = time.perf_counter()
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise RagrlError(f"{out}: already exists; pass --force to replace it or choose another --out")
+        shutil.rmtree(out)
+    work = out.parent / f".{out.name}.work"
+    shutil.rmtree(work, ignore_errors=True)
+
+    # 1. the worlds, fair by construction
+    console.print(f"reader: {recipe.worlds} pretraining worlds from seed {recipe.first_seed} (protected: "
+                  f"{min(recipe.protected)}-{max(recipe.protected)})")  # fmt: skip
+    chosen = choose_worlds(recipe)
+    seeds = [w.seed for w in chosen.worlds]
+
+    # 2. the tokenizer and the model; 3. copy pre-training
+    texts = [t for w in chosen.worlds for t in world_texts(w)]
+    tokenizer = train_tokenizer([*vocabulary_texts(), *texts], kind="bpe", vocab_size=recipe.vocab_size)
+    shape = TinyConfig(
+        hidden=recipe.hidden, layers=recipe.layers, heads=recipe.heads, intermediate=recipe.intermediate
+    )
+    tokenizer.model_max_length = shape.max_position_embeddings
+    model = build_tiny_model(tokenizer, shape, seed=recipe.seed)
+    console.print(f"reader: {count_parameters(model) / 1e6:.2f}M parameters, BPE vocabulary {len(tokenizer)}")
+    copy_report = None
+    if recipe.copy_steps:
+        copy_report = copy_pretrain(
+            model, tokenizer, CopyPretraining(steps=recipe.copy_steps), seed=recipe.seed
+        )
+    start_dir = work / "start"
+    start_dir.mkdir(parents=True)
+    tokenizer.save_pretrained(start_dir)
+    portable_tokenizer_config(start_dir)
+    model.save_pretrained(start_dir)
+
+    # the validation world: the SFT's held-out curve (every quarter of the steps) and the final check
+    unseen = chosen.validation
+    validation_dir = work / "worlds" / f"validation-{unseen.seed}"
+    unseen.write(validation_dir)
+    validation_retriever = BM25Retriever.build(unseen.corpus)
+    validation_retriever.save(validation_dir / "bm25")
+    validation_method = reader_method(validation_dir, start_dir, recipe, overrides)
+    held_out = validation_method.prepare_examples(unseen.splits["test"], "validation")
+    held_out = held_out[: recipe.validation_questions]
+
+    # 4. reading: the quoting oracle on every question of every world, through each world's index
+    demos = []
+    method = None
+    for world in chosen.worlds:
+        world_dir = work / "worlds" / str(world.seed)
+        world.write(world_dir)
+        retriever = BM25Retriever.build(world.corpus)
+        retriever.save(world_dir / "bm25")
+        method = reader_method(world_dir, start_dir, recipe, overrides)
+        questions = distinct_prompts(
+            method, [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
+        )
+        demos += demonstration_trajectories(method, tokenizer, QuotingOracle(), questions, retriever)
+    assert method is not None
+    console.print(f"reader: SFT, {recipe.steps} steps of {recipe.batch_size} on {len(demos)} demonstrations")
+    config = method.train
+    config.eval_every = max(recipe.steps // 4, 1)
+    sft = SFTTrainer(
+        method, config, demos, run_dir=work / "sft", eval_examples=held_out,
+        retriever=validation_retriever, accelerator=make_accelerator(config), model=model,
+        tokenizer=tokenizer,
+    )  # fmt: skip
+    sft.train()
+    policy = sft.policy
+    curve = {str(e["step"]): e["eval/em_answerable"] for e in sft.evals}
+
+    # 5. validation on a world it never saw
+    report = evaluate(sft.backend, validation_retriever, validation_method, held_out, seed=recipe.seed)
+    validation = _held_out(report, held_out)
+    console.print(
+        f"reader: validation world {unseen.seed}: EM {validation['em']:.3f}, answerable EM "
+        f"{validation['em_answerable']:.3f}, outcomes {validation['outcomes_answerable']}"
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    portable_tokenizer_config(out)
+    policy.save_pretrained(out)
+    manifest = {
+        "format": FORMAT,
+        "recipe": asdict(recipe),
+        "overrides": overrides,
+        "seeds": seeds,
+        "validation_seed": unseen.seed,
+        "fairness": chosen.report,
+        "parameters": count_parameters(policy),
+        "vocab_size": len(tokenizer),
+        "demonstrations": len(demos),
+        "copy_pretraining": copy_report,
+        "validation": validation,
+        "validation_curve_em_answerable": curve,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+        "peak_memory_mb": peak_memory_mb(),
+        "command": command,
+    }  # fmt: skip
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_checksums(out)
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
