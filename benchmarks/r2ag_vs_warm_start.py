@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_setup import add_comparison_args, compare_arm, print_results, run_comparison, world  # noqa: E402
+from tiny_setup import add_comparison_args, compare_arm, print_results, resolve_base, run_comparison, world  # noqa: E402
 
 COLUMNS = ("tree_recall", "tree_full_recall", "tree_map", "docs", "iterations", "invalid_steps", "stopped")
 TRAINING = (
@@ -64,6 +64,7 @@ def run(workdir: Path, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     result = compare_arm(
         workdir, seed, arm, "r2ag-tiny", ARMS[arm], sft_steps=args.sft_steps, steps=args.steps,
         copy_steps=args.copy_steps, columns=COLUMNS, training=TRAINING, extra=args.overrides,
+        base=resolve_base(args.base),
     )  # fmt: skip
     if arm == "r2ag":
         result["references"] = references(workdir, seed, args.copy_steps)

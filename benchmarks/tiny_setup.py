@@ -84,21 +84,49 @@ def warm_start_then_grpo(method: Any, demonstrator: Any, train: list, retriever:
     )  # fmt: skip
 
 
-def world(workdir: Path, seed: int, copy_steps: int, policy: bool = True) -> tuple[Path, Path, Path]:
-    """The folders of seed ``seed``'s world, its BM25 index and its tiny policy with the demo's copy
-    pre-training (built when missing; not built with ``policy=False``)."""
+def world(
+    workdir: Path, seed: int, copy_steps: int, policy: bool = True, base: Path | None = None
+) -> tuple[Path, Path, Path]:
+    """The folders of seed ``seed``'s world, its BM25 index and its policy: the pretrained reader
+    ``base`` when given, else a tiny policy with the demo's copy pre-training (built when missing; not
+    built with ``policy=False``)."""
     data = workdir / f"world-{seed}"
     if not (data / "train.jsonl").is_file():
         generate_world(seed, "small").write(data)
     index = data / "bm25"
     if not index.is_dir():
         BM25Retriever.build(read_corpus(data / "corpus.jsonl")[0]).save(index)
+    if base is not None:
+        return data, index, base
     model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
     if policy and not (model_dir / "config.json").is_file():
         create_tiny_policy(
             data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
         )
     return data, index, model_dir
+
+
+BPE_SCALE = 1.6
+"""How much longer the reader base's BPE sequences may run than a word-level policy's (measured: 40%
+more tokens per text; 18% of the demo's oracle episodes cut at the word-level limits)."""
+
+
+def base_limits(config: str, overrides: Sequence[str] = ()) -> list[str]:
+    """Overrides that scale a method config's token limits by ``BPE_SCALE`` for the reader base."""
+    rollout = load_method(config, list(overrides)).rollout
+    return [
+        f"rollout.{key}={int(getattr(rollout, key) * BPE_SCALE)}"
+        for key in ("max_total_tokens", "max_new_tokens", "max_obs_tokens")
+        if getattr(rollout, key, None)
+    ]
+
+
+def resolve_base(name: str) -> Path | None:
+    """``--base``: ``scratch`` (None: a tiny policy built on each world), ``shipped`` (the package's
+    reader base) or a folder."""
+    from ragrl.train.reader import SHIPPED_BASE
+
+    return {"scratch": None, "shipped": SHIPPED_BASE}.get(name, Path(name))
 
 
 def scores(
@@ -142,13 +170,17 @@ def training_summary(metrics: Path, extra: Sequence[str] = ()) -> dict[str, floa
 def compare_arm(
     workdir: Path, seed: int, arm: str, config: str, overrides: Sequence[str], *, sft_steps: int, steps: int,
     copy_steps: int, columns: Sequence[str], training: Sequence[str] = (), extra: Sequence[str] = (),
+    base: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One arm of a method comparison on seed ``seed``'s world: the packaged ``config`` with
     ``overrides`` (then the seed's paths and the step counts, then ``extra``: the user's ``--set``), a
     warm start on the method's oracle (the world's search oracle when it has none), then
     GRPO; the held-out ``scores`` before and after, and the ``training_summary`` (with ``training``).
-    Both question sets are the method's own (``Method.prepare_examples``, as ``ragrl eval`` has them)."""
-    data, index, model_dir = world(workdir, seed, copy_steps)
+    Both question sets are the method's own (``Method.prepare_examples``, as ``ragrl eval`` has them).
+    With a reader ``base`` the arm starts from it, its token limits scaled (``base_limits``)."""
+    data, index, model_dir = world(workdir, seed, copy_steps, base=base)
+    if base is not None:
+        overrides = [*overrides, *base_limits(config, overrides)]
     train = read_examples(data / "train.jsonl")[0]
     test = read_examples(data / "test.jsonl")[0]
     retriever = load_retriever(index)
@@ -180,6 +212,10 @@ def add_comparison_args(ap: argparse.ArgumentParser, *, sft_steps: int, steps: i
         "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
     )
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument(
+        "--base", default="scratch",
+        help="scratch (a tiny policy per world: the docs' tables), shipped (the reader base) or a folder",
+    )  # fmt: skip
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (all arms)")
 
 

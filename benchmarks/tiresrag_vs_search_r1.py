@@ -35,7 +35,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from tiny_setup import add_comparison_args, compare_arm, print_results, run_comparison
+from tiny_setup import add_comparison_args, compare_arm, print_results, resolve_base, run_comparison
 
 ARMS = {
     "search_r1": ("search_r1-tiny", []),
@@ -64,6 +64,7 @@ def run(workdir: Path, seed: int, arm: str, args: argparse.Namespace) -> dict:
     return compare_arm(
         workdir, seed, arm, config, [*COMMON, *overrides], sft_steps=args.sft_steps, extra=args.overrides,
         steps=args.steps, copy_steps=args.copy_steps, columns=COLUMNS, training=TRAINING,
+        base=resolve_base(args.base),
     )  # fmt: skip
 
 

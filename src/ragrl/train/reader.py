@@ -143,11 +143,12 @@ def distinct_prompts(method: Any, examples: list[Any]) -> list[Any]:
 
 
 def reader_method(world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overrides: list[str]) -> Any:
-    """The demo's method (its config and prompt), pointed at one world, with the reading SFT's settings."""
+    """The demo's method from a base (its config, prompt and rollout limits: ``demo.base_settings``),
+    pointed at one world, with the reading SFT's settings."""
     from ragrl.methods import load_method
-    from ragrl.train.demo import DEMO_CONFIG, DEMO_SETTINGS
+    from ragrl.train.demo import DEMO_CONFIG, base_settings
 
-    settings = [s for s in DEMO_SETTINGS if not s.startswith("train.sft.")]
+    settings = [s for s in base_settings() if not s.startswith("train.sft.")]
     return load_method(
         DEMO_CONFIG,
         [
