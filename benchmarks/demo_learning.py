@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
 from ragrl.train.demo import DEFAULT_COPY_STEPS, run_demo, sft_control
-from ragrl.train.reader import SHIPPED_BASE
+from ragrl.train.reader import resolve_base
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ragrl-demo-learning-"))
-    base = {"shipped": SHIPPED_BASE, "scratch": None}.get(args.base, args.base)
+    base = resolve_base(args.base)
 
     gains, walls, peaks, over_sft = [], [], [], []
     for seed in args.seeds:

@@ -36,7 +36,7 @@ TRAINING = (
 ARMS = {"r2ag": [], "round0": ["rollout.rounds=1"]}
 
 
-def references(workdir: Path, seed: int, copy_steps: int) -> dict[str, Any]:
+def references(workdir: Path, seed: int, copy_steps: int, base: Path | None = None) -> dict[str, Any]:
     """SR@1/2/5 and the oracle on the seed's held-out questions (scripted, through the same rollout)."""
     import dataclasses
 
@@ -47,7 +47,7 @@ def references(workdir: Path, seed: int, copy_steps: int) -> dict[str, Any]:
     from ragrl.methods.r2ag_steering import SingleStepSteering, SteererBackend, SteeringOracle
     from ragrl.retrieval.base import load_retriever
 
-    data, index, model_dir = world(workdir, seed, copy_steps)
+    data, index, model_dir = world(workdir, seed, copy_steps, base=base)
     method = load_method("r2ag-tiny", ["rollout.max_new_tokens=200"])
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
     tokenizer, retriever = load_tokenizer(model_dir), load_retriever(index)
@@ -67,7 +67,7 @@ def run(workdir: Path, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         base=resolve_base(args.base),
     )  # fmt: skip
     if arm == "r2ag":
-        result["references"] = references(workdir, seed, args.copy_steps)
+        result["references"] = references(workdir, seed, args.copy_steps, resolve_base(args.base))
     return result
 
 

@@ -56,3 +56,26 @@ def test_loading_a_model_folder_checks_it(tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(RagrlError, match=r"model\.safetensors: sha256"):
         TransformersBackend(str(tmp_path))
+
+
+def test_paths_outside_the_folder_unlisted_files_and_binary_mode(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(b"a")
+    (tmp_path / "outside").write_bytes(b"x")
+    digest = hashlib.sha256(b"a").hexdigest()
+    (folder / SUMS).write_text(f"{digest} *a.bin\n")  # sha256sum -b writes a '*'
+    assert verify_checksums(folder) == 1
+    (folder / SUMS).write_text(f"{digest}  a.bin\n{hashlib.sha256(b'x').hexdigest()}  ../outside\n")
+    with pytest.raises(RagrlError, match="lies outside"):
+        verify_checksums(folder)
+    (folder / SUMS).write_text(f"{digest}  a.bin\n")
+    (folder / "b.bin").write_bytes(b"b")
+    with pytest.raises(RagrlError, match=r"b\.bin: not listed"):
+        verify_checksums(folder)
+    (folder / SUMS).write_text("\n")
+    with pytest.raises(RagrlError, match="lists no file"):
+        verify_checksums(folder)
+    (folder / SUMS).write_text(f"{digest.upper()}  a.bin\n")
+    with pytest.raises(RagrlError, match="SHA256SUMS:1"):
+        verify_checksums(folder)

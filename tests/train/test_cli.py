@@ -291,25 +291,12 @@ def test_grpo_settings_that_cannot_learn_are_refused_before_loading(tmp_path, ba
     assert not (tmp_path / "r").exists()  # refused before the run folder is made
 
 
-@pytest.fixture(scope="module")
-def toy_base(tmp_path_factory):
-    """A reader base at toy scale (``ragrl.train.reader``): two worlds, three SFT steps."""
-    from ragrl.train.reader import ReaderRecipe, pretrain_reader
-
-    out = tmp_path_factory.mktemp("reader") / "base"
-    recipe = ReaderRecipe(
-        worlds=2, protected=(0,), steps=3, batch_size=4, hidden=32, layers=1, heads=2, intermediate=64,
-        vocab_size=1024, copy_steps=0, validation_questions=2,
-    )  # fmt: skip
-    pretrain_reader(out, recipe, command="test")
-    return out
-
-
 def test_demo_from_a_reader_base(tmp_path, toy_base):
     """The demo's path from a pretrained base: no tiny policy is built, the base's BPE tokenizer is
     used as it is (no name swap), and the base folder is left untouched (its SHA256SUMS still holds)."""
     from ragrl.llm.checksums import verify_checksums
 
+    toy_base, _ = toy_base
     out = tmp_path / "demo"
     args = ["demo", "--out", str(out), "--base", str(toy_base), *sets(*TINY, "train.steps=1")]
     result = runner.invoke(app, args)
@@ -332,3 +319,14 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
     assert summary["rl_seconds"] > 0
     bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "x"), "--base", str(tmp_path / "none")])
     assert bad.exit_code != 0 and "is not a folder" in str(bad.exception)
+    # a base whose weights changed does not load
+    import shutil
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(toy_base, tampered)
+    weights = tampered / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "y"), "--base", str(tampered), *sets(*TINY)])
+    assert bad.exit_code != 0 and "model.safetensors: sha256" in str(bad.exception)

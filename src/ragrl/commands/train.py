@@ -305,19 +305,15 @@ def demo(
 ) -> None:
     """The main job: world -> reader base -> SFT warm start -> GRPO -> held-out EM before/after."""
     from ragrl.train.demo import run_demo, summary_table
-    from ragrl.train.reader import SHIPPED_BASE
+    from ragrl.train.reader import resolve_base
     from ragrl.train.setup import process_state
 
     if process_state().num_processes > 1:
         raise RagrlError("ragrl demo runs on one process; launch `ragrl train` on several instead")
-    start = {"shipped": SHIPPED_BASE, "scratch": None}.get(base, base)
-    if start is not None and not Path(start).is_dir():
-        raise RagrlError(
-            f"--base: {start} is not a folder (the shipped base is rebuilt by `make reader-base`)"
-        )
     s = run_demo(
-        out, seed=seed, split=split, base=start, copy_steps=copy_steps, overrides=set_ or (), force=force
-    )
+        out, seed=seed, split=split, base=resolve_base(base), copy_steps=copy_steps, overrides=set_ or (),
+        force=force,
+    )  # fmt: skip
     console.print(summary_table(s))
     gain = 100 * (s["em_answerable_after"] - s["em_answerable_before"])
     console.print(

@@ -1,18 +1,22 @@
-"""``SHA256SUMS``: a model folder that ships one has every listed file checked when it is loaded.
+"""``SHA256SUMS``: a model folder that ships one has every file checked when it is loaded.
 
-The file is the ``sha256sum`` format (``<hex digest>  <relative path>`` per line), so ``sha256sum -c
-SHA256SUMS`` checks the same folder from a shell. The shipped reader base has one
-(``ragrl.train.reader``); a folder without it loads unchecked, as any checkpoint.
+The file is the ``sha256sum`` format (``<hex digest>  <relative path>`` per line, or ``<hex> *<path>``
+in binary mode), so ``sha256sum -c SHA256SUMS`` checks the same folder from a shell. The shipped reader
+base has one (``ragrl.train.reader``); a folder without it loads unchecked, as any checkpoint. A listed
+file that is missing or changed, a file of the folder that is not listed, a path outside the folder and
+an empty list are all errors naming the file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from ragrl.errors import RagrlError
 
 SUMS = "SHA256SUMS"
+_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
 
 def file_sha256(path: Path) -> str:
@@ -23,42 +27,51 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != SUMS)
+
+
 def write_checksums(folder: str | Path) -> Path:
     """Write ``SHA256SUMS`` for every file under ``folder`` (itself aside); returns its path."""
     folder = Path(folder)
-    lines = [
-        f"{file_sha256(p)}  {p.relative_to(folder).as_posix()}"
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != SUMS
-    ]
+    lines = [f"{file_sha256(p)}  {p.relative_to(folder).as_posix()}" for p in _files(folder)]
     path = folder / SUMS
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
 
 def verify_checksums(folder: str | Path, rebuild: str = "") -> int:
-    """Check every file ``SHA256SUMS`` lists (none if there is no such file); returns how many were
-    checked. A missing or changed file, or a malformed line, is an error naming it; ``rebuild`` says
-    how to make the folder again."""
+    """Check the folder against its ``SHA256SUMS`` (nothing if it has none); returns how many files were
+    checked. ``rebuild`` says how to make the folder again, in the errors."""
     folder = Path(folder)
     path = folder / SUMS
     if not path.is_file():
         return 0
     hint = f" (rebuild it: {rebuild})" if rebuild else ""
-    checked = 0
+    root = folder.resolve()
+    listed: set[Path] = set()
     for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        want, sep, name = line.partition("  ")
-        if not sep or len(want) != 64 or not name:
+        match = _LINE.match(line)
+        if match is None:
             raise RagrlError(f"{path}:{line_no}: not a '<sha256>  <file>' line")
-        file = folder / name
+        want, name = match.groups()
+        file = (folder / name).resolve()
+        if Path(name).is_absolute() or not file.is_relative_to(root):
+            raise RagrlError(f"{path}:{line_no}: {name!r} lies outside {folder}")
         if not file.is_file():
-            raise RagrlError(f"{file}: listed in {SUMS} but missing{hint}")
+            raise RagrlError(f"{folder / name}: listed in {SUMS} but missing{hint}")
         got = file_sha256(file)
         if got != want:
             raise RagrlError(
-                f"{file}: sha256 {got[:12]}... is not {SUMS}'s {want[:12]}... (changed or damaged){hint}"
+                f"{folder / name}: sha256 {got[:12]}... is not {SUMS}'s {want[:12]}... "
+                f"(changed or damaged){hint}"
             )
-        checked += 1
-    return checked
+        listed.add(file)
+    if not listed:
+        raise RagrlError(f"{path}: lists no file")
+    extra = [p for p in _files(folder) if p.resolve() not in listed]
+    if extra:
+        raise RagrlError(f"{extra[0]}: not listed in {path} (a file added to a checked folder)")
+    return len(listed)

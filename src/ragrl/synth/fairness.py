@@ -138,23 +138,20 @@ def _key(text: str) -> str:
     return normalize(str(text), "squad")
 
 
-def stated_named_facts(world: SynthWorld) -> set[tuple[str, str]]:
-    """Every fact a world's corpus states, by name: (subject, value) for each name and alias of each
-    entity whose passage is in the corpus, and each of its facts' values and related entities' names and
-    aliases, normalized. Names, not ids: worlds of different seeds share no ids, but a made-up word can
-    recur in two of them."""
+def mentions(world: SynthWorld) -> dict[str, set[str]]:
+    """What each entity's passage can put side by side, by name: for every entity (its passage removed
+    or not: a demonstration may still name it), the normalized names and aliases of the entity, its
+    facts' values and its related entities' names and aliases; returned as mention → the ids of the
+    entities whose passages mention it. Two mentions that share an entity may be stated together, in
+    either order ("founded by P in 1985" pairs P with the year as much as the company with P)."""
     by_id = {e.id: e for e in world.store}
-    in_corpus = {p.id for p in world.corpus}
-    out: set[tuple[str, str]] = set()
+    out: dict[str, set[str]] = {}
     for e in world.store:
-        if e.passage_id not in in_corpus:
-            continue
-        values = {str(v) for v in e.facts.values()}
+        said = {e.name, *e.aliases, *(str(v) for v in e.facts.values())}
         for target in e.rels.values():
-            related = by_id[target]
-            values.update([related.name, *related.aliases])
-        for subject in {e.name, *e.aliases}:
-            out.update((_key(subject), _key(v)) for v in values)
+            said.update([by_id[target].name, *by_id[target].aliases])
+        for m in said:
+            out.setdefault(_key(m), set()).add(e.id)
     return out
 
 
@@ -174,22 +171,50 @@ def held_out_named_facts(world: SynthWorld) -> set[tuple[str, str]]:
     return out
 
 
+def held_out_questions(world: SynthWorld) -> set[tuple[str, str]]:
+    """(question, answer) of every held-out question, normalized."""
+    return {
+        (_key(ex.question), _key(a))
+        for split, examples in world.splits.items()
+        if split != "train"
+        for ex in examples
+        for a in ex.answers
+    }
+
+
+def all_questions(world: SynthWorld) -> set[tuple[str, str]]:
+    """(question, answer) of every question of every split, normalized."""
+    return {
+        (_key(ex.question), _key(a))
+        for examples in world.splits.values()
+        for ex in examples
+        for a in ex.answers
+    }
+
+
+def shared_facts(reader: SynthWorld, needed: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The ``needed`` (name, value) pairs that some passage of ``reader`` could state: both mentioned by
+    one of its entities (``mentions``)."""
+    said = mentions(reader)
+    return {(a, b) for a, b in needed if a != b and said.get(a, set()) & said.get(b, set())}
+
+
 def cross_world_overlap(readers: list[SynthWorld], protected: list[SynthWorld]) -> dict[str, Any]:
     """Does any pretraining world (``readers``) state a fact a held-out question of a ``protected`` world
-    needs? ``shared_facts`` must be 0; ``shared_names`` (name words of both) is allowed: names recur with
-    other facts."""
-    stated = set().union(*(stated_named_facts(w) for w in readers)) if readers else set()
+    needs, or ask one of its held-out questions with the same answer? Both counts must be 0;
+    ``shared_name_words`` (name words of both) is allowed: names recur with other facts."""
     needed = set().union(*(held_out_named_facts(w) for w in protected)) if protected else set()
+    asked = set().union(*(held_out_questions(w) for w in protected)) if protected else set()
 
     def words(worlds: list[SynthWorld]) -> set[str]:
         return {w for world in worlds for e in world.store for n in (e.name, *e.aliases) for w in n.split()}
 
     return {
         "reader_seeds": [w.seed for w in readers],
-        "protected_seeds": [w.seed for w in protected],
-        "stated_facts": len(stated),
+        "protected_worlds": [f"{w.seed}/{w.size}/{w.split}" for w in protected],
         "protected_held_out_facts": len(needed),
-        "shared_facts": len(stated & needed),
+        "shared_facts": sum(len(shared_facts(w, needed)) for w in readers),
+        "shared_questions": sum(len(all_questions(w) & asked) for w in readers),
         "shared_name_words": len(words(readers) & words(protected)),
     }
 

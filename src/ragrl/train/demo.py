@@ -76,6 +76,24 @@ swap needs a word-level tokenizer: the base's BPE spells names, and has read oth
 reader base is trained with the same protocol and rollout limits (``ragrl.train.reader``)."""
 
 
+def warn_if_unprotected(base: Path, seed: int, size: str) -> None:
+    """Say so when the demo's world is not one the base's fairness check protected (its held-out facts
+    may then occur in what the base read)."""
+    from ragrl.console import styled
+
+    path = base / "ragrl_reader.json"
+    recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe", {}) if path.is_file() else {}
+    if seed not in recipe.get("protected", []) or size != recipe.get("size"):
+        console.print(
+            styled(
+                "warning:",
+                "yellow",
+                f"the reader base {base} was not checked against world seed {seed} ({size}): its "
+                "held-out facts may occur in what the base read (docs/models.md, 'Fair by construction')",
+            )
+        )
+
+
 def base_settings() -> list[str]:
     """``DEMO_SETTINGS`` without the name swap, then ``BASE_SETTINGS``."""
     return [s for s in DEMO_SETTINGS if not s.startswith("train.sft.name_swap")] + list(BASE_SETTINGS)
@@ -155,6 +173,7 @@ def run_demo(
     if base is not None:
         policy_dir, settings = Path(base), base_settings()
         console.print(f"demo: the pretrained reader base {policy_dir}")
+        warn_if_unprotected(policy_dir, seed, size)
     else:
         policy_dir, settings = out / "tiny-policy", list(DEMO_SETTINGS)
         console.print(f"demo: tiny policy, copy pre-training (at most {copy_steps} steps)")
@@ -252,11 +271,16 @@ def run_demo(
     return summary
 
 
+CONTROL_SEED_OFFSET = 7919
+"""The SFT-only control samples its batches with another seed than the warm start's."""
+
+
 def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The SFT-only control of a finished demo run in ``out``: its warm start trained on with SFT on the
-    same demonstrations for about ``seconds`` more (the RL stage's wall time; steps = ``seconds`` / the
-    warm start's mean step time), then evaluated on the held-out test questions as the closing table's
-    rows are. Written to ``out/sft_control/``; returns the row with ``steps`` and ``seconds``."""
+    same demonstrations for about ``seconds`` more (the RL stage's wall time, its dev evaluations
+    included: a budget that favours the control; steps = ``seconds`` / the warm start's mean step time),
+    then evaluated on the held-out test questions as the closing table's rows are. Written to
+    ``out/sft_control/``; returns the row with ``steps`` and ``seconds``."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_examples
     from ragrl.eval.runner import evaluate
@@ -277,9 +301,14 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     steps = max(1, round(seconds / (sum(step_seconds) / len(step_seconds))))
     method = load_method(
         out / "config.yaml",
-        [f"train.model.path={out / 'warm_start' / 'policy'}", f"train.sft.max_steps={steps}", *overrides],
+        [
+            f"train.model.path={out / 'warm_start' / 'policy'}",
+            f"train.sft.max_steps={steps}",
+            *overrides,
+        ],
     )
     config = method.train
+    config.seed += CONTROL_SEED_OFFSET  # its batches continue the warm start's, not replay them
     world_dir = out / "world"
     train, _ = read_examples(world_dir / "train.jsonl")
     test, _ = read_examples(world_dir / "test.jsonl")

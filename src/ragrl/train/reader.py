@@ -37,7 +37,7 @@ from typing import Any
 
 from ragrl.console import console
 from ragrl.errors import RagrlError
-from ragrl.llm.checksums import write_checksums
+from ragrl.llm.checksums import file_sha256, write_checksums
 
 MANIFEST = "ragrl_reader.json"
 FORMAT = "ragrl-reader/1"
@@ -72,7 +72,11 @@ class ReaderRecipe:
         for name in ("worlds", "steps", "batch_size", "validation_questions"):
             if getattr(self, name) < 1:
                 raise RagrlError(f"reader recipe: {name} must be >= 1, got {getattr(self, name)}")
-        if self.first_seed in self.protected or self.first_seed <= max(self.protected, default=-1):
+        if not self.protected:
+            raise RagrlError(
+                "reader recipe: protected must name the seeds of the worlds the base is tested on"
+            )
+        if self.first_seed <= max(self.protected):
             raise RagrlError(
                 f"reader recipe: first_seed {self.first_seed} must lie above the protected seeds "
                 f"({min(self.protected)}-{max(self.protected)}): the pretraining worlds are other worlds"
@@ -92,19 +96,35 @@ class PretrainingWorlds:
 
 def choose_worlds(recipe: ReaderRecipe) -> PretrainingWorlds:
     """``recipe.worlds`` worlds from ``first_seed`` on that state no fact a protected world's held-out
-    question needs, then the first such world after them for validation."""
-    from ragrl.synth.fairness import cross_world_overlap, held_out_named_facts, stated_named_facts
+    question needs and ask none of its held-out questions (``ragrl.synth.fairness``; every split mode
+    of every protected seed), then the first such world after them that none of the chosen ones states a
+    held-out fact of, for validation."""
+    from ragrl.synth.fairness import (
+        all_questions,
+        cross_world_overlap,
+        held_out_named_facts,
+        held_out_questions,
+        shared_facts,
+    )
     from ragrl.synth.generate import generate_world
+    from ragrl.synth.world import SPLIT_MODES
 
-    protected = {seed: generate_world(seed, recipe.size) for seed in recipe.protected}
-    needed = set().union(*(held_out_named_facts(w) for w in protected.values())) if protected else set()
+    protected = [
+        generate_world(seed, recipe.size, split=mode) for seed in recipe.protected for mode in SPLIT_MODES
+    ]
+    needed = set().union(*(held_out_named_facts(w) for w in protected)) if protected else set()
+    asked = set().union(*(held_out_questions(w) for w in protected)) if protected else set()
     chosen: list[Any] = []
     skipped: dict[int, int] = {}
     seed = recipe.first_seed
     validation = None
     while validation is None:
         world = generate_world(seed, recipe.size)
-        shared = len(stated_named_facts(world) & needed)
+        shared = len(shared_facts(world, needed)) + len(all_questions(world) & asked)
+        if len(chosen) == recipe.worlds and not shared:  # the validation world: unseen by the chosen ones
+            unseen = held_out_named_facts(world)
+            shared = sum(len(shared_facts(r, unseen)) for r in chosen)
+            shared += sum(len(all_questions(r) & held_out_questions(world)) for r in chosen)
         if shared:
             skipped[seed] = shared
         elif len(chosen) < recipe.worlds:
@@ -114,7 +134,8 @@ def choose_worlds(recipe: ReaderRecipe) -> PretrainingWorlds:
         seed += 1
         if seed - recipe.first_seed > 10 * (recipe.worlds + 1) + 100:
             raise RagrlError("reader base: too many candidate worlds share a fact with the protected ones")
-    report = cross_world_overlap(chosen, list(protected.values()))
+    report = cross_world_overlap(chosen, protected)
+    report["validation_shared_facts"] = 0
     report["skipped_seeds"] = {str(s): n for s, n in skipped.items()}
     return PretrainingWorlds(chosen, skipped, validation, report)
 
@@ -198,10 +219,10 @@ def pretrain_reader(
     quiet_libraries()
     started = time.perf_counter()
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise RagrlError(f"{out}: already exists; pass --force to replace it or choose another --out")
-        shutil.rmtree(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise RagrlError(f"{out}: already exists; pass --force to replace it or choose another --out")
+    # everything is built in a scratch folder beside ``out``; ``out`` is replaced only at the end, so a
+    # failed or interrupted build leaves the previous base as it was
     work = out.parent / f".{out.name}.work"
     shutil.rmtree(work, ignore_errors=True)
 
@@ -275,10 +296,11 @@ def pretrain_reader(
         f"{validation['em_answerable']:.3f}, outcomes {validation['outcomes_answerable']}"
     )
 
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    portable_tokenizer_config(out)
-    policy.save_pretrained(out)
+    built = work / "base"
+    built.mkdir(parents=True)
+    tokenizer.save_pretrained(built)
+    portable_tokenizer_config(built)
+    policy.save_pretrained(built)
     manifest = {
         "format": FORMAT,
         "recipe": asdict(recipe),
@@ -295,8 +317,58 @@ def pretrain_reader(
         "wall_seconds": round(time.perf_counter() - started, 1),
         "peak_memory_mb": peak_memory_mb(),
         "command": command,
+        "environment": environment(),
+        "weights_sha256": file_sha256(built / "model.safetensors"),
+        "tokenizer_sha256": file_sha256(built / "tokenizer.json"),
     }  # fmt: skip
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    write_checksums(out)
+    (built / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    write_checksums(built)
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    built.rename(out)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
+
+
+def environment() -> dict[str, Any]:
+    """What a rebuild must match to reproduce the weights: library versions, threads, the code's commit."""
+    import platform
+    import subprocess
+
+    import tokenizers
+    import torch
+    import transformers
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "git_commit": commit or None,
+    }
+
+
+def resolve_base(name: str | Path | None) -> Path | None:
+    """``--base``: ``scratch`` or None (no base: a tiny policy built on the world), ``shipped`` (the
+    package's reader base) or a folder, which must exist."""
+    if name is None or str(name) == "scratch":
+        return None
+    path = SHIPPED_BASE if str(name) == "shipped" else Path(name)
+    if not path.is_dir():
+        raise RagrlError(
+            f"--base: {path} is not a folder (the shipped base is rebuilt by `make reader-base`)"
+        )
+    return path

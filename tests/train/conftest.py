@@ -1,0 +1,19 @@
+"""Fixtures shared by the training tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def toy_base(tmp_path_factory):
+    """A reader base at toy scale (``ragrl.train.reader``): two worlds, three SFT steps, built once."""
+    from ragrl.train.reader import ReaderRecipe, pretrain_reader
+
+    out = tmp_path_factory.mktemp("reader") / "base"
+    recipe = ReaderRecipe(
+        worlds=2, protected=(0,), steps=3, batch_size=4, hidden=32, layers=1, heads=2, intermediate=64,
+        vocab_size=1024, copy_steps=0, validation_questions=4,
+    )  # fmt: skip
+    manifest = pretrain_reader(out, recipe, command="ragrl model reader --worlds 2 --steps 3")
+    return out, manifest
