@@ -34,6 +34,10 @@ def main() -> None:
         "--base", default="shipped", help="shipped (the reader base), scratch (the earlier demo) or a folder"
     )
     parser.add_argument(
+        "--warm-start", action=argparse.BooleanOptionalAction, default=True,
+        help="the SFT warm start before GRPO (--no-warm-start: GRPO from the base as it is)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sft-control",
         action="store_true",
         help="also train each warm start with SFT alone for the RL stage's wall time, and evaluate it",
@@ -48,7 +52,7 @@ def main() -> None:
     for seed in args.seeds:
         s = run_demo(
             workdir / f"seed-{seed}", seed=seed, split=args.split, base=base, copy_steps=args.copy_steps,
-            overrides=args.overrides, force=True,
+            warm_start=args.warm_start, overrides=args.overrides, force=True,
         )  # fmt: skip
         gain = 100 * (s["em_answerable_after"] - s["em_answerable_before"])
         gains.append(gain)

@@ -118,3 +118,20 @@ def test_a_toy_base_is_built_validated_and_checked_on_load(toy_base):
     assert tok.unk_token_id not in ids and tok.decode(ids) == " Qwarzimbelox Thrumquist"
     with pytest.raises(RagrlError, match="already exists"):
         pretrain_reader(out, ReaderRecipe(worlds=1, protected=(0,)))
+
+
+def test_the_shipped_base_is_whole_fair_and_loads():
+    """The base the demo starts from is in the package, every file matches its SHA256SUMS, its manifest
+    says how it was made and that it shares no fact with the protected worlds, and it loads."""
+    from ragrl.llm.hf_backend import TransformersBackend
+    from ragrl.train.reader import MANIFEST, SHIPPED_BASE
+
+    assert verify_checksums(SHIPPED_BASE) >= 7
+    manifest = json.loads((SHIPPED_BASE / MANIFEST).read_text())
+    assert manifest["weights_sha256"] == file_sha256(SHIPPED_BASE / "model.safetensors")
+    assert manifest["fairness"]["shared_facts"] == 0 and manifest["fairness"]["shared_questions"] == 0
+    assert set(manifest["recipe"]["protected"]) >= {0, 1, 2} and min(manifest["seeds"]) >= 1000
+    assert "ragrl model reader" in manifest["command"] and manifest["validation"]["n"] == 100
+    assert (SHIPPED_BASE / "model.safetensors").stat().st_size < 30 * 2**20
+    backend = TransformersBackend(str(SHIPPED_BASE))
+    assert backend.tokenizer.unk_token_id not in backend.tokenizer(" Qwarzimbelox").input_ids

@@ -300,6 +300,13 @@ def demo(
             "pre-trained to copy: the earlier demo)."
         ),
     ] = "shipped",
+    warm_start: Annotated[
+        bool,
+        typer.Option(
+            help="The SFT warm start on the world's quoting-oracle demonstrations before GRPO (25 steps "
+            "from a base, 200 name-swapped ones from scratch); --no-warm-start: GRPO from the policy as is."
+        ),
+    ] = True,
     set_: SetOption = None,
     force: Annotated[bool, typer.Option(help="Replace an existing run folder.")] = False,
 ) -> None:
@@ -311,8 +318,8 @@ def demo(
     if process_state().num_processes > 1:
         raise RagrlError("ragrl demo runs on one process; launch `ragrl train` on several instead")
     s = run_demo(
-        out, seed=seed, split=split, base=resolve_base(base), copy_steps=copy_steps, overrides=set_ or (),
-        force=force,
+        out, seed=seed, split=split, base=resolve_base(base), copy_steps=copy_steps, warm_start=warm_start,
+        overrides=set_ or (), force=force,
     )  # fmt: skip
     console.print(summary_table(s))
     gain = 100 * (s["em_answerable_after"] - s["em_answerable_before"])

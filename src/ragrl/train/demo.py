@@ -2,21 +2,26 @@
 
 1. generate the synthetic multi-hop world (seeded; the ``facts`` split by default: held-out questions
    need facts no training question needs, entity names are shared) and index its corpus with BM25;
-2. build the tiny Llama policy with a tokenizer trained on the world's text, and pre-train it to copy
-   by content (at most ``copy_steps`` steps on random words until an induction circuit appears, then
-   long sequences: ``ragrl.llm.copy_pretrain``);
-3. warm-start it with a *partial* SFT on the quoting oracle's trajectories (``QuotingOracle``: entity
-   queries, the evidence sentence quoted before each step; all of them name-swapped, so that names
-   are copied and never memorised): the policy learns the protocol and to read, but answers only some
-   held-out questions right (a fully trained imitation would leave nothing for RL to show);
+2. the policy: the **pretrained reader base** (``ragrl.train.reader``; the shipped one by default,
+   checked against its ``SHA256SUMS`` when it loads), a tiny Llama with a BPE tokenizer that learned to
+   read on other synthetic worlds, none of whose facts a held-out question of this world needs. With
+   ``base=None`` (``--base scratch``, the earlier demo) a tiny policy is built on this world instead,
+   with a word-level tokenizer, and pre-trained to copy (``ragrl.llm.copy_pretrain``);
+3. a *partial* SFT warm start on the **quoting oracle**'s trajectories of this world's training
+   questions (``QuotingOracle``: entity queries, the evidence sentence quoted before each step):
+   ``BASE_SETTINGS`` from the base, ``DEMO_SETTINGS``' name-swapped one from scratch;
 4. train it with GRPO and the Search-R1 method (``methods/configs/search_r1-tiny.yaml`` with the
-   demo's settings, ``DEMO_SETTINGS``: the one-line prompt, the rollout temperature, a lower rate,
-   the answerable training questions only), evaluated on the world's dev questions every 10 steps;
+   demo's settings: the one-line prompt, the rollout temperature, a lower rate, the answerable
+   training questions only; from the base, the BPE's longer token limits), evaluated on the world's
+   dev questions every 10 steps;
 5. evaluate on the held-out test questions, read here only: the heuristic demonstrator, the warm start,
    the final policy, and the final policy closed-book (every search finds nothing: what it knows
    without reading). Write the run folder: the resolved ``config.yaml``, ``metrics.jsonl`` (its
    evaluations are the dev ones), ``samples.jsonl``, ``report.md`` + ``curves.png`` and
    ``summary.json`` (``warm_start/`` holds the SFT stage's own metrics and checkpoint).
+
+``sft_control`` trains a finished run's warm start with SFT alone for the RL stage's wall time: the
+control the papers' "RL beats SFT" claim needs.
 """
 
 from __future__ import annotations
@@ -69,7 +74,9 @@ BASE_SETTINGS = (
     "rollout.max_obs_tokens=256",
     "train.sft.batch_size=32",
     "train.sft.lr=1e-3",
-    "train.sft.max_steps=100",
+    # a short warm start on this world's quoting-oracle demonstrations: measured over seeds 0-2 against
+    # none and 100 steps (docs/training.md, "Measured: the demo on the reader base")
+    "train.sft.max_steps=25",
 )
 """The demo's warm start and GRPO from the pretrained reader base, over ``DEMO_SETTINGS`` (whose name
 swap needs a word-level tokenizer: the base's BPE spells names, and has read other worlds' facts). The
@@ -127,6 +134,7 @@ def run_demo(
     split: str = DEFAULT_SPLIT_MODE,
     base: str | Path | None = None,
     copy_steps: int = DEFAULT_COPY_STEPS,
+    warm_start: bool = True,
     overrides: Sequence[str] = (),
     force: bool = False,
 ) -> dict[str, Any]:
@@ -134,7 +142,9 @@ def run_demo(
 
     ``base``: a pretrained reader base (``ragrl.train.reader``; its ``SHA256SUMS`` is checked when it
     loads) that the warm start starts from, with ``BASE_SETTINGS``; None builds the policy from scratch
-    on the world (``copy_steps`` of copy pre-training, then ``DEMO_SETTINGS``' name-swapped warm start)."""
+    on the world (``copy_steps`` of copy pre-training, then ``DEMO_SETTINGS``' name-swapped warm start).
+    ``warm_start=False`` skips the SFT: GRPO starts from the policy as it is (the "warm start" row is
+    then that policy)."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_corpus, read_examples
     from ragrl.eval.runner import evaluate
@@ -199,15 +209,20 @@ def run_demo(
     accelerator = make_accelerator(config)
     model, tokenizer = load_policy(config.model, accelerator.device)
     quiet_libraries()  # transformers is loaded now: its progress bars too
-    demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), train, retriever)
-    console.print(
-        f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} quoting-oracle trajectories"
-    )
-    sft = SFTTrainer(
-        method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
-        accelerator=accelerator, model=model, tokenizer=tokenizer,
-    )  # fmt: skip
-    sft.train()
+    warm_steps = 0
+    if warm_start:
+        demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), train, retriever)
+        console.print(
+            f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} quoting-oracle trajectories"
+        )
+        sft = SFTTrainer(
+            method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,
+            accelerator=accelerator, model=model, tokenizer=tokenizer,
+        )  # fmt: skip
+        sft.train()
+        model, warm_steps = sft.policy, sft.step_count
+    else:
+        console.print("demo: no warm start: GRPO starts from the policy as it is")
 
     # 4. GRPO from the warm start, evaluated on the dev questions: the test questions are read by the
     # closing table only
@@ -217,7 +232,7 @@ def run_demo(
     )
     grpo = GRPOTrainer(
         method, config, run_dir=out, train_examples=train, eval_examples=dev, retriever=retriever,
-        accelerator=make_accelerator(config), model=sft.policy, tokenizer=tokenizer,
+        accelerator=make_accelerator(config), model=model, tokenizer=tokenizer,
     )  # fmt: skip
     # every row of the closing table is measured on these (the first train.data.eval_limit, as on dev)
     held_out = method.prepare_examples(test, str(world_dir / "test.jsonl"))[: config.data.eval_limit or None]
@@ -261,7 +276,7 @@ def run_demo(
         top_answer_closed_book=closed["top_answer"],
         em_heuristic=heuristic_scores["em"],
         em_answerable_heuristic=heuristic_scores["em_answerable"],
-        warm_start_steps=sft.step_count,
+        warm_start_steps=warm_steps,
         rl_seconds=round(rl_seconds, 1),
         wall_seconds=round(time.perf_counter() - t0, 1),
         peak_memory_mb=peak_memory_mb(),
@@ -271,15 +286,20 @@ def run_demo(
     return summary
 
 
+MIN_SFT_STEP_SECONDS = 0.05
+"""A floor on an SFT step's time: the control's step budget is at most ``seconds`` / this."""
+PROBE_STEPS = 5
+"""The control times this many SFT steps before it sets how many fit in the budget."""
 CONTROL_SEED_OFFSET = 7919
 """The SFT-only control samples its batches with another seed than the warm start's."""
 
 
 def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The SFT-only control of a finished demo run in ``out``: its warm start trained on with SFT on the
-    same demonstrations for about ``seconds`` more (the RL stage's wall time, its dev evaluations
-    included: a budget that favours the control; steps = ``seconds`` / the warm start's mean step time),
-    then evaluated on the held-out test questions as the closing table's rows are. Written to
+    same demonstrations (from the run's start when it had no warm start) for about ``seconds`` more (the
+    RL stage's wall time, its dev evaluations included: a budget that favours the control; the steps
+    that fit are set from the time of the first ``PROBE_STEPS``), then evaluated on the held-out test
+    questions as the closing table's rows are. Written to
     ``out/sft_control/``; returns the row with ``steps`` and ``seconds``."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_examples
@@ -291,22 +311,11 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
 
     quiet_libraries()
     out = Path(out)
-    logged = [
-        json.loads(line)
-        for line in (out / "warm_start" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
-    step_seconds = [r["step_seconds"] for r in logged if r.get("kind") == "sft" and "step_seconds" in r]
-    if not step_seconds:
-        raise RagrlError(f"{out / 'warm_start'}: no SFT step was logged, so no step time to budget with")
-    steps = max(1, round(seconds / (sum(step_seconds) / len(step_seconds))))
-    method = load_method(
-        out / "config.yaml",
-        [
-            f"train.model.path={out / 'warm_start' / 'policy'}",
-            f"train.sft.max_steps={steps}",
-            *overrides,
-        ],
-    )
+    warm = out / "warm_start" / "policy"
+    # from the warm start, or from the run's own start when it had none (``warm_start=False``)
+    start = [f"train.model.path={warm}"] if warm.is_dir() else []
+    upper = max(1, int(seconds / MIN_SFT_STEP_SECONDS))
+    method = load_method(out / "config.yaml", [*start, f"train.sft.max_steps={upper}", *overrides])
     config = method.train
     config.seed += CONTROL_SEED_OFFSET  # its batches continue the warm start's, not replay them
     world_dir = out / "world"
@@ -316,13 +325,19 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     accelerator = make_accelerator(config)
     model, tokenizer = load_policy(config.model, accelerator.device)
     demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), train, retriever)
-    console.print(f"demo control: SFT for {steps} more steps (~{seconds:.0f} s, the RL stage's time)")
+    console.print(f"demo control: SFT for ~{seconds:.0f} s (the RL stage's time)")
     started = time.perf_counter()
     sft = SFTTrainer(
         method, config, demos, run_dir=out / "sft_control", eval_examples=[], retriever=retriever,
         accelerator=accelerator, model=model, tokenizer=tokenizer,
     )  # fmt: skip
-    sft.train()
+    # time a few steps, then run as many as the budget holds (the schedule is the SFT's constant rate)
+    probe = min(PROBE_STEPS, upper)
+    sft.train(until=probe)
+    per_step = (time.perf_counter() - started) / probe
+    steps = min(upper, max(probe, round(seconds / per_step)))
+    if steps > probe:
+        sft.train(until=steps)
     took = time.perf_counter() - started
     held_out = method.prepare_examples(test, str(world_dir / "test.jsonl"))[: config.data.eval_limit or None]
     report = evaluate(
