@@ -112,8 +112,8 @@ def choose_worlds(recipe: ReaderRecipe) -> PretrainingWorlds:
     protected = [
         generate_world(seed, recipe.size, split=mode) for seed in recipe.protected for mode in SPLIT_MODES
     ]
-    needed = set().union(*(held_out_named_facts(w) for w in protected)) if protected else set()
-    asked = set().union(*(held_out_questions(w) for w in protected)) if protected else set()
+    needed = set().union(*(held_out_named_facts(w) for w in protected))  # the recipe protects >= 1 seed
+    asked = set().union(*(held_out_questions(w) for w in protected))
     chosen: list[Any] = []
     skipped: dict[int, int] = {}
     seed = recipe.first_seed
