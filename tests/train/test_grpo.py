@@ -29,7 +29,7 @@ grpo_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(grpo_run)
 small_method = grpo_run.small_method
 
-VOLATILE = {"time", "step_seconds", "rollout_seconds"}
+VOLATILE = {"time", "step_seconds", "rollout_seconds", "logprob_seconds", "update_seconds"}
 
 # Two real processes on the CPU (gloo): torchrun starts them and accelerate joins them. (`accelerate
 # launch --cpu --num_processes 2` starts ONE process on a machine without GPUs, whatever it is told.)
@@ -505,6 +505,30 @@ def test_patience_stops_a_run_without_a_new_best_and_a_resume_keeps_it_stopped(w
     again = GRPOTrainer(method, method.train)
     assert again.train(resume="latest")["steps"] == 2
     assert [r["phase"] for r in records(tmp_path / "run", "eval")] == phases
+
+
+def test_a_time_budget_ends_the_run_after_the_step_that_reaches_it_and_a_resume_keeps_it(world_dir, tmp_path):
+    # a budget any step exceeds: the run ends after its first step, evaluated and saved as finished
+    method = small_method(world_dir, tmp_path / "run", "train.steps=3", "train.max_seconds=1e-6")
+    method.train.data.eval, method.train.data.eval_limit = str(world_dir / "dev.jsonl"), 2
+    summary = GRPOTrainer(method, method.train).train()
+    assert summary["steps"] == 1 and summary["stopped"] == "time"
+    assert [r["phase"] for r in records(tmp_path / "run", "eval")] == ["before", "after"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["stopped"] == "time"
+    assert (tmp_path / "run" / "policy" / "config.json").is_file()
+    # resumed under the same budget it stays stopped; with the budget lifted it trains to the end
+    assert GRPOTrainer(method, method.train).train(resume="latest")["steps"] == 1
+    lifted = small_method(world_dir, tmp_path / "run", "train.steps=3", "train.max_seconds=0")
+    summary = GRPOTrainer(lifted, lifted.train).train(resume="latest")
+    assert summary["steps"] == 3 and "stopped" not in summary
+
+
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_bad_time_budget_is_refused_with_its_key(world_dir, tmp_path, value):
+    from ragrl.errors import RagrlError
+
+    with pytest.raises(RagrlError, match="train.max_seconds must be >= 0"):
+        small_method(world_dir, tmp_path / "run", f"train.max_seconds={value}")
 
 
 def test_an_outcome_share_is_logged_and_can_pick_the_best_policy(world_dir, tmp_path):

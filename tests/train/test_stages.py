@@ -23,7 +23,7 @@ _spec = importlib.util.spec_from_file_location("grpo_run", HERE / "grpo_run.py")
 _grpo_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_grpo_run)  # registers the distinct_tokens reward (an update every step)
 
-VOLATILE = {"time", "step_seconds", "rollout_seconds"}
+VOLATILE = {"time", "step_seconds", "rollout_seconds", "logprob_seconds", "update_seconds"}
 
 
 def _config(world: Path, tmp: Path, stages: list[dict], **train) -> Path:

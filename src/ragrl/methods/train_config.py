@@ -278,6 +278,10 @@ class TrainConfig:
     patience: int = 0
     """Early stopping: end the run after this many held-out evaluations in a row without a new best
     ``best_metric`` (evaluated and saved as a finished run); 0: off."""
+    max_seconds: float = 0.0
+    """A wall-time budget for the training loop: end the run after the step during which its time
+    (the run's, across resumes) reaches this many seconds, evaluated and saved as a finished run
+    (``summary.json``: ``stopped: time``); 0: off. "As many steps as fit" on a lent machine."""
     stages: list[StageConfig] = field(default_factory=list)
     """Training stages (``ragrl.train.stages``): each a GRPO run with its own overrides, started from the
     previous stage's final or best policy. Empty: one ordinary run."""
@@ -395,6 +399,8 @@ class TrainConfig:
             )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
+        if not self.max_seconds >= 0:  # NaN included
+            raise RagrlError(f"train.max_seconds must be >= 0 (0: no time budget), got {self.max_seconds}")
         if self.best_metric and not (
             self.best_metric in EVAL_METRICS or self.best_metric.startswith("eval/method/")
         ):

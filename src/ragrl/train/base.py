@@ -89,7 +89,9 @@ class Trainer:
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
         self.evals: list[dict[str, Any]] = []
         self.stopped_early = False
-        """``train.patience`` ran out (``out_of_patience``)."""
+        """``train.patience`` or ``train.max_seconds`` ran out: the run ended before ``total_steps``."""
+        self.stopped: str | None = None
+        """Why it ended early: ``patience`` or ``time``."""
         self.best: dict[str, Any] | None = None
         """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
@@ -154,6 +156,12 @@ class Trainer:
         if patience and self.acc.is_main_process and self.best is not None:
             stale = sum(1 for e in self.evals if e["step"] > self.best["step"]) >= patience
         return self._main_says(stale)
+
+    def out_of_time(self) -> bool:
+        """The run's wall time (across resumes) has reached ``train.max_seconds`` (the main process's
+        clock decides for every process)."""
+        budget = self.config.max_seconds
+        return bool(budget) and self._main_says(self.log.elapsed() >= budget)
 
     def exhausted(self) -> bool:
         """Whether the run has nothing left to train on before ``total_steps`` (a method's own source of
@@ -280,7 +288,9 @@ class Trainer:
         self.evals = list(state.get("evals", []))
         self.best = state.get("best")
         self.log.t0 = time.perf_counter() - float(state.get("elapsed_seconds", 0.0))
-        self.stopped_early = self.out_of_patience()  # a run that stopped early stays stopped
+        # a run that stopped early stays stopped (a resume with a larger train.max_seconds goes on)
+        self.stopped = "patience" if self.out_of_patience() else "time" if self.out_of_time() else None
+        self.stopped_early = self.stopped is not None
         if self.acc.is_main_process:
             self.log.truncate_after(self.step_count)
         self.acc.wait_for_everyone()
@@ -315,7 +325,7 @@ class Trainer:
                                 f"{self.kind}: no new best {cfg.best_metric} in {cfg.patience} evaluations; "
                                 f"stopping at step {self.step_count} (best policy: {self.run_dir / 'best'})"
                             )
-                        self.stopped_early = True
+                        self.stopped_early, self.stopped = True, "patience"
                 last_em = f" · held-out EM {self.evals[-1]['eval/em']:.2f}" if self.evals else ""
                 line = _describe(self.kind, metrics) + last_em
                 bar.update(task, advance=1, description=line)
@@ -324,6 +334,13 @@ class Trainer:
                     console.print(f"step {self.step_count}/{total} {line} ({self.log.elapsed():.0f} s)")
                 if cfg.save_every and self.step_count % cfg.save_every == 0 and self.step_count < stop:
                     self.save()
+                if not self.stopped_early and self.out_of_time():
+                    if self.acc.is_main_process:
+                        console.print(
+                            f"{self.kind}: train.max_seconds ({cfg.max_seconds:g} s) reached after step "
+                            f"{self.step_count} of {total}"
+                        )
+                    self.stopped_early, self.stopped = True, "time"
         finished = self.step_count >= total or self.exhausted() or self.stopped_early
         # what the main process (the one that evaluates) recorded last, decided there for every process
         last = self.evals[-1] if self.evals else {}
@@ -353,6 +370,8 @@ class Trainer:
         }
         if self.best is not None:
             summary["best"] = self.best
+        if self.stopped is not None:
+            summary["stopped"] = self.stopped
         if self.evals:
             summary.update(before_after(self.evals[0], self.evals[-1], prefix="eval/"))
         if self.acc.is_main_process:

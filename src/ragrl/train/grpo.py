@@ -332,7 +332,10 @@ class GRPOTrainer(Trainer):
         """μ passes of minibatch updates over the kept samples; returns the update's metrics."""
         g = self.config.grpo
         temperature = self.method.rollout.temperature or 1.0
-        minibatches = self._minibatches(samples, temperature)
+        t0 = time.perf_counter()
+        minibatches = self._minibatches(samples, temperature)  # with the π_old / π_ref passes
+        _synchronize(self.acc.device)
+        t_logprobs = time.perf_counter() - t0
         by_tokens = g.loss_agg == "token_mean"  # otherwise the loss is a mean over sequences
         stats = _Averages()
         loss_total = 0.0  # this process's share of each minibatch loss × N (mean over processes = loss)
@@ -364,7 +367,13 @@ class GRPOTrainer(Trainer):
                         if name in m:
                             stats.add(name, float(m[name]), b.num_tokens)
                 stats.add("grad_norm", self.optimizer_step(), 1.0)
-        return {**stats.result(), "loss": loss_total / (g.ppo_epochs * len(minibatches))}
+        _synchronize(self.acc.device)
+        return {
+            **stats.result(),
+            "loss": loss_total / (g.ppo_epochs * len(minibatches)),
+            "logprob_seconds": round(t_logprobs, 3),
+            "update_seconds": round(time.perf_counter() - t0 - t_logprobs, 3),
+        }
 
     def _minibatches(
         self, samples: list[Sample], temperature: float
@@ -521,3 +530,9 @@ def _reduce_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
         values = [d[k] for d in dicts if k in d]
         out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else _avg(dicts, k)
     return out
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a GPU's kernels run asynchronously): a phase's wall time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
