@@ -15,7 +15,11 @@ questions, the unanswerable ones, are dropped), one tiny policy with the demo's 
 The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged over the seeds.
 
     python benchmarks/arena_vs_naive.py --seeds 0 [--sft-steps 120] [--steps 30] [--copy-steps 1500]
-        [--workdir DIR]
+        [--workdir DIR] [--base scratch|shipped|DIR]
+
+With ``--base shipped`` (or a reader-base folder) both methods start from the pretrained reader base
+instead of a per-seed tiny policy, with the demo's recipe and their token limits scaled for its BPE
+(``tiny_setup.base_overrides``).
 """
 
 from __future__ import annotations
@@ -26,14 +30,12 @@ import statistics
 import time
 from pathlib import Path
 
-from tiny_setup import open_workdir, warm_start_then_grpo
+from tiny_setup import base_overrides, open_workdir, resolve_base, warm_start_then_grpo, world
 
 from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
 from ragrl.eval.runner import evaluate
-from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
-from ragrl.methods import load_method, vocabulary_texts
-from ragrl.synth import generate_world
+from ragrl.methods import load_method
 from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
@@ -52,22 +54,17 @@ def scores(backend, method, examples) -> dict[str, float]:  # noqa: ANN001
 
 
 def run(
-    workdir: Path, seed: int, name: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str]
-) -> dict:
-    data = workdir / f"world-{seed}"
-    if not (data / "train.jsonl").is_file():
-        generate_world(seed, "small").write(data)
-    model_dir = workdir / f"policy-{seed}-copy{copy_steps}"
-    if not (model_dir / "config.json").is_file():
-        create_tiny_policy(
-            data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
-        )
+    workdir: Path, seed: int, name: str, sft_steps: int, steps: int, copy_steps: int, extra: list[str],
+    base: Path | None = None,
+) -> dict:  # fmt: skip
+    data, _, model_dir = world(workdir, seed, copy_steps, base=base)
+    limits = base_overrides(METHODS[name]) if base is not None else []
     train, _ = attach_reference_ids(read_examples(data / "train.jsonl")[0])
     test, _ = attach_reference_ids(read_examples(data / "test.jsonl")[0])
     out = workdir / f"{name}-{seed}"
     method = load_method(
         METHODS[name],
-        [f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
+        [*limits, f"train.seed={seed}", f"train.model.path={model_dir}", f"train.out={out}",
          f"train.sft.max_steps={sft_steps}", f"train.steps={steps}", "train.eval_every=0",
          f"train.sft.world={data / 'world.json'}", *extra],  # the names train.sft.name_swap swaps
     )  # fmt: skip
@@ -89,13 +86,18 @@ def main() -> None:
         "--copy-steps", type=int, default=DEFAULT_COPY_STEPS, help="copy pre-training (as the demo)"
     )
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument(
+        "--base", default="scratch",
+        help="scratch (a tiny policy per world: the docs' tables), shipped (the reader base) or a folder",
+    )  # fmt: skip
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override (both)")
     args = ap.parse_args()
+    base = resolve_base(args.base)
     tmp, workdir = open_workdir(args.workdir, "ragrl-arena-vs-naive-")
     results = []
     for seed in args.seeds:
         for name in METHODS:
-            r = run(workdir, seed, name, args.sft_steps, args.steps, args.copy_steps, args.overrides)
+            r = run(workdir, seed, name, args.sft_steps, args.steps, args.copy_steps, args.overrides, base)
             results.append(r)
             print(json.dumps(r), flush=True)
     (workdir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results), encoding="utf-8")

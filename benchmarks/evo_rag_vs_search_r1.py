@@ -24,6 +24,11 @@ is scored with its final policy and with the policy it keeps (best dev EM).
         --arm 'bt:schedule.keep=[bt]' --arm 'half:rewards.step_cost=-0.5'  # Tables 6 and 5, the step cost
     python benchmarks/evo_rag_vs_search_r1.py --no-baseline --set schedule.mode=two_stage_fixed \
         --warm-start 'runs/evo/corpus-{seed}/warm_start/policy'  # from a saved warm start (no SFT)
+    python benchmarks/evo_rag_vs_search_r1.py --base shipped --seeds 0 1 2  # from the reader base
+
+With ``--base shipped`` (or a reader-base folder) every arm starts from the pretrained reader base
+instead of a per-seed tiny policy, with the demo's recipe, its token limits scaled for the BPE
+(``tiny_setup.base_overrides``) and the quoting oracle's warm start (``--quote``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_setup import open_workdir, warm_start_then_grpo, world  # noqa: E402
+from tiny_setup import base_overrides, open_workdir, resolve_base, warm_start_then_grpo, world  # noqa: E402
 
 from ragrl.data.io import read_examples  # noqa: E402
 from ragrl.eval.runner import evaluate  # noqa: E402
@@ -109,11 +114,13 @@ def _policy(path: Path) -> TransformersBackend:
 
 
 def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    data, index, model_dir = world(workdir, seed, args.copy_steps)
+    base = resolve_base(args.base)
+    data, index, model_dir = world(workdir, seed, args.copy_steps, base=base)
     out = workdir / f"search_r1-{seed}"
     method = load_method(
         "search_r1-tiny",
         [
+            *(base_overrides("search_r1-tiny") if base is not None else []),
             f"train.seed={seed}",
             f"train.model.path={model_dir}",
             f"train.out={out}",
@@ -129,7 +136,7 @@ def search_r1(workdir: Path, seed: int, args: argparse.Namespace) -> dict[str, A
     train = method.prepare_examples(read_examples(data / "train.jsonl")[0], "train")
     test = method.prepare_examples(read_examples(data / "test.jsonl")[0], "test")
     t0 = time.perf_counter()
-    demonstrator = QuotingOracle() if args.quote else OracleDemonstrator()
+    demonstrator = QuotingOracle() if args.quote or base is not None else OracleDemonstrator()
     grpo = warm_start_then_grpo(method, demonstrator, train, retriever, out)
     before = measure(grpo.backend, retriever, method, test)
     t1 = time.perf_counter()
@@ -151,9 +158,11 @@ def evo_rag(
     """One EVO-RAG arm: ``evo_rag-tiny`` with ``overrides`` (``schedule.mode=two_stage_fixed``, a
     component mask ``schedule.keep=[bt,ans]``, ``rewards.step_cost=-0.5``, ...)."""
     warm_start = Path(args.warm_start.format(seed=seed)) if args.warm_start else None
-    data, index, model_dir = world(workdir, seed, args.copy_steps, policy=warm_start is None)
+    base = resolve_base(args.base)
+    data, index, model_dir = world(workdir, seed, args.copy_steps, policy=warm_start is None, base=base)
     out = workdir / f"{arm}-{seed}"
     paths = [
+        *(base_overrides("evo_rag-tiny") if base is not None else []),
         f"train.seed={seed}",
         f"train.data.train={data / 'train.jsonl'}",
         f"train.data.eval={data / 'dev.jsonl'}",
@@ -174,7 +183,8 @@ def evo_rag(
         warm_start = out / "warm_start" / "policy"
         acc = make_accelerator(method.train)
         model, tokenizer = load_policy(method.train.model, acc.device)
-        oracle = method.oracle.wrap(QuotingOracle()) if args.quote else method.oracle
+        quote = args.quote or base is not None  # the base reads as the quoting oracle taught it
+        oracle = method.oracle.wrap(QuotingOracle()) if quote else method.oracle
         demos = demonstration_trajectories(method, tokenizer, oracle, train, retriever)
         sft = SFTTrainer(
             method,
@@ -266,6 +276,10 @@ def main() -> None:
         "--warm-start", default=None, metavar="DIR",
         help="EVO-RAG's warm-start policy folder, '{seed}' for the seed (skips its SFT; every arm starts "
         "from it): runs/evo/corpus-{seed}/warm_start/policy",
+    )  # fmt: skip
+    ap.add_argument(
+        "--base", default="scratch",
+        help="scratch (a tiny policy per world: the docs' tables), shipped (the reader base) or a folder",
     )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()

@@ -119,13 +119,14 @@ def test_sft_on_quoting_oracle_demonstrations_and_its_guard(world_dir, tmp_path)
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert summary_of(result.stdout)["steps"] == 2
-    # a method with its own grammar and oracle refuses the Search-R1 quoting oracle
-    args = ["sft", "eval_rar-tiny", "--demos", "quote", "--out", str(tmp_path / "e"), *sets(*paths)]
+    # a method whose oracle cannot play another demonstrator (R²AG's steering) refuses the quoting oracle
+    args = ["sft", "r2ag-tiny", "--demos", "quote", "--out", str(tmp_path / "e"), *sets(*paths)]
     result = runner.invoke(app, args)
     assert result.exit_code != 0 and "has its own grammar" in str(result.exception)
 
 
-def test_evo_rag_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_path):
+@pytest.mark.parametrize("config", ["evo_rag-tiny", "eval_rar-tiny", "tiresrag-tiny"])
+def test_a_method_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_path, config):
     from ragrl.data.io import read_examples
     from ragrl.rollout.engine import read_trajectories
     from ragrl.synth.demonstrators import supporting_titles
@@ -133,8 +134,9 @@ def test_evo_rag_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_pat
     paths = (
         f"train.model.path={world_dir / 'model'}", f"train.data.train={world_dir / 'train.jsonl'}",
         f"train.data.index={world_dir / 'bm25'}", *TINY, "rollout.max_turns=8", "rollout.max_new_tokens=96",
+        "rollout.max_total_tokens=1024",
     )  # fmt: skip
-    args = ["sft", "evo_rag-tiny", "--demos", "quote", "--out", str(tmp_path / "q"), *sets(*paths)]
+    args = ["sft", config, "--demos", "quote", "--out", str(tmp_path / "q"), *sets(*paths)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     examples = {e.id: e for e in read_examples(world_dir / "train.jsonl")[0]}
@@ -143,13 +145,21 @@ def test_evo_rag_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_pat
     for traj in demos:
         example = examples[traj.example_id]
         kinds = [a.kind for a in traj.actions]
-        assert "invalid" not in kinds, traj.example_id  # every quoted turn parses in EVO-RAG's grammar
+        assert "invalid" not in kinds, traj.example_id  # every quoted turn parses in the method's grammar
+        queries = [a.content for a in traj.actions if a.kind == "search"]
         if example.answerable:  # one search per hop, by the entity it is about, then the answer
-            queries = [a.content for a in traj.actions if a.kind == "search"]
             assert queries == supporting_titles(example) and kinds[-1] == "answer"
             assert traj.final_answer == example.answers[0]
-        else:  # the corpus cannot answer: it refuses where the quoting oracle answers `unknown`
+        elif config == "evo_rag-tiny":  # the corpus cannot answer: it refuses where the oracle says unknown
             assert kinds[-1] == "refuse"
+        else:
+            assert traj.final_answer == "unknown"
+        if config == "eval_rar-tiny":  # an evaluation after every observation
+            from ragrl.methods.eval_rar import evaluations
+
+            assert len(evaluations(traj, after_observation_only=True)) == len(queries), traj.example_id
+        if config == "tiresrag-tiny" and example.answerable:  # the reflection pass repeats the answer
+            assert kinds.count("answer") == 2, kinds
     assert {examples[t.example_id].answerable for t in demos} == {True, False}
 
 

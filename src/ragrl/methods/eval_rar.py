@@ -332,7 +332,14 @@ class EvalRarOracle:
         if evaluate not in ("free", "separate"):
             raise RagrlError(f"EvalRarOracle: evaluate must be free or separate, got {evaluate!r}")
         self.evaluate, self.prefill = evaluate, prefill
-        self.search_oracle = OracleDemonstrator()
+        self.search_oracle: Any = OracleDemonstrator()
+
+    def wrap(self, inner: Any) -> EvalRarOracle:  # noqa: ANN401
+        """This oracle around another world demonstrator that searches one hop per search (``--demos
+        quote``: the quoting oracle's entity queries and quoted evidence, then the evaluations)."""
+        oracle = EvalRarOracle(self.evaluate, self.prefill)
+        oracle.search_oracle = inner
+        return oracle
 
     def evaluation(self, example: Example, hop: int, observation: str) -> str:
         """The body of the evaluation after the ``hop``-th search (1-based), whose passages the policy

@@ -300,9 +300,16 @@ class TiresragOracle:
     name = "tiresrag_oracle"
 
     def __init__(self, prefill: str = "") -> None:
-        self.search_oracle = OracleDemonstrator()
+        self.search_oracle: Any = OracleDemonstrator()
         self.prefill = prefill
         """The protocol's prefill: the first turn continues it instead of repeating it."""
+
+    def wrap(self, inner: Any) -> TiresragOracle:  # noqa: ANN401
+        """This oracle around another world demonstrator (``--demos quote``: the quoting oracle's
+        entity queries and quoted evidence, then the reflection pass)."""
+        oracle = TiresragOracle(self.prefill)
+        oracle.search_oracle = inner
+        return oracle
 
     def next_turn(self, example: Example, history: list[Turn]) -> str:
         answered = [t.action.content for t in history if t.action.kind == "answer"]
