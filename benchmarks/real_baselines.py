@@ -33,13 +33,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# the shared samples: ../shared/data beside the checkout, or RAGRL_SHARED_DATA (a GPU machine's copy)
+SHARED = Path(
+    os.environ.get("RAGRL_SHARED_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 SAMPLES = {
     "hotpotqa": "hotpotqa/leeyeezeee__benchfortir/test.jsonl",
     "2wiki": "2wikimultihopqa/saptarshi059__TTS-project/sampled_ds.json",

@@ -89,7 +89,13 @@ def warn_if_unprotected(base: Path, seed: int, size: str) -> None:
     from ragrl.console import styled
 
     path = base / "ragrl_reader.json"
-    recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe", {}) if path.is_file() else {}
+    if not path.is_file():  # a pretrained model of its own (SmolLM2, ...): nothing ragrl can check
+        console.print(
+            f"demo: {base} is not a ragrl reader base: what it read is not checked against the world "
+            "(the closed-book row is the control)"
+        )
+        return
+    recipe = json.loads(path.read_text(encoding="utf-8")).get("recipe", {})
     if seed not in recipe.get("protected", []) or size != recipe.get("size"):
         console.print(
             styled(
@@ -135,6 +141,7 @@ def run_demo(
     base: str | Path | None = None,
     copy_steps: int = DEFAULT_COPY_STEPS,
     warm_start: bool = True,
+    settings: Sequence[str] | None = None,
     overrides: Sequence[str] = (),
     force: bool = False,
 ) -> dict[str, Any]:
@@ -144,7 +151,8 @@ def run_demo(
     loads) that the warm start starts from, with ``BASE_SETTINGS``; None builds the policy from scratch
     on the world (``copy_steps`` of copy pre-training, then ``DEMO_SETTINGS``' name-swapped warm start).
     ``warm_start=False`` skips the SFT: GRPO starts from the policy as it is (the "warm start" row is
-    then that policy)."""
+    then that policy). ``settings`` replace those defaults (a pretrained instruct model's recipe,
+    ``benchmarks/gpu_learning.py``); ``overrides`` go on top."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_corpus, read_examples
     from ragrl.eval.runner import evaluate
@@ -181,11 +189,12 @@ def run_demo(
 
     # 2. the policy: the pretrained reader base, or a tiny policy built here and pre-trained to copy
     if base is not None:
-        policy_dir, settings = Path(base), base_settings()
-        console.print(f"demo: the pretrained reader base {policy_dir}")
+        policy_dir, settings = Path(base), base_settings() if settings is None else list(settings)
+        console.print(f"demo: the pretrained base {policy_dir}")
         warn_if_unprotected(policy_dir, seed, size)
     else:
-        policy_dir, settings = out / "tiny-policy", list(DEMO_SETTINGS)
+        policy_dir = out / "tiny-policy"
+        settings = list(DEMO_SETTINGS) if settings is None else list(settings)
         console.print(f"demo: tiny policy, copy pre-training (at most {copy_steps} steps)")
         create_tiny_policy(
             world_dir, policy_dir, seed=seed, copy=CopyPretraining(steps=copy_steps),

