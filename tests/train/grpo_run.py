@@ -66,8 +66,9 @@ if __name__ == "__main__":
     # every process: where its prompt sampler stands (they must agree) and the refill rounds it played
     record = {"sampler": [trainer.sampler.epoch, trainer.sampler.position], "refill_rounds": refills}
     (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(record))
+    weights = trainer.parallel.full_state_dict(trainer.model)  # every process (FSDP gathers)
     if trainer.acc.is_main_process:
-        torch.save({k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}, out)
+        torch.save({k: v.detach().clone() for k, v in weights.items()}, out)
     trainer.acc.wait_for_everyone()
     # leave as ragrl.cli does: gloo's threads abort some processes in the interpreter's teardown
     if torch.distributed.is_initialized():

@@ -43,6 +43,25 @@ class ModelConfig:
     """Prompts decoded together by the rollout backend."""
 
 
+PARALLEL_MODES = ("ddp", "fsdp")
+
+
+@dataclass
+class ParallelConfig:
+    """How the processes of a run share the model (``ragrl.train.parallel``, docs/training.md)."""
+
+    mode: str = "ddp"
+    """``ddp``: every process holds the whole model and optimizer (accelerate; nothing to share on
+    one process). ``fsdp``: PyTorch FSDP2 (``fully_shard`` on each decoder layer, then the model):
+    parameters, gradients and optimizer state sharded over the processes."""
+    reshard_after_forward: bool = True
+    """FSDP: free the gathered parameters after each forward (ZeRO-3); False keeps them until the
+    backward (ZeRO-2-like: more memory, one all-gather less per micro-batch)."""
+    offload: bool = False
+    """FSDP: keep the sharded parameters, gradients and optimizer state in CPU memory (a GPU's memory
+    for activations only; the optimizer steps on the CPU)."""
+
+
 @dataclass
 class DataConfig:
     train: str | None = None
@@ -248,6 +267,7 @@ class TrainConfig:
     seed: int = 0
     steps: int = 100
     model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -399,6 +419,20 @@ class TrainConfig:
             )
         if self.best_mode not in ("max", "min"):
             raise RagrlError(f"train.best_mode must be max|min, got {self.best_mode!r}")
+        if self.parallel.mode not in PARALLEL_MODES:
+            raise RagrlError(
+                f"train.parallel.mode must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel.mode!r}"
+            )
+        if self.parallel.mode != "ddp" and self.algo == "cycles":
+            raise RagrlError(
+                f"train.parallel.mode: {self.parallel.mode} is not supported by train.algo cycles yet (its "
+                "DPO and reward model hold whole copies); use ddp"
+            )
+        if self.parallel.mode == "fsdp" and self.model.lora is not None:
+            raise RagrlError(
+                "train.parallel.mode: fsdp with train.model.lora is not supported yet (LoRA trains a few "
+                "adapters: ddp holds them on every process)"
+            )
         if not self.max_seconds >= 0:  # NaN included
             raise RagrlError(f"train.max_seconds must be >= 0 (0: no time budget), got {self.max_seconds}")
         if self.best_metric and not (
@@ -424,6 +458,12 @@ class TrainConfig:
             if bad:
                 raise RagrlError(
                     f"train.stages[{i}].overrides: not key=value or not allowed in a stage: {bad}"
+                )
+            changes = [o for o in st.overrides if o.startswith("train.parallel")]
+            if changes:  # the processes and their checkpoints keep one layout through the run
+                raise RagrlError(
+                    f"train.stages[{i}].overrides: a stage cannot change train.parallel ({changes}); set it "
+                    "for the whole run"
                 )
         if not 0.0 <= self.optim.min_lr_ratio < 1.0 or (
             self.optim.min_lr_ratio and self.optim.schedule != "cosine"

@@ -28,6 +28,7 @@ from ragrl.methods import Method
 from ragrl.methods.train_config import RETRIEVAL_EVAL_METRICS, TrainConfig
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import check_prompts
+from ragrl.train.parallel import make_parallel
 from ragrl.train.setup import (
     MetricsLog,
     TrainingDiverged,
@@ -38,7 +39,6 @@ from ragrl.train.setup import (
 )
 from ragrl.train.state import (
     PromptSampler,
-    export_policy,
     list_checkpoints,
     read_trainer_state,
     resolve_checkpoint,
@@ -67,6 +67,9 @@ class Trainer:
         self.method, self.config = method, config
         self.run_dir = Path(run_dir or config.out)
         self.acc = accelerator or make_accelerator(config)
+        self.parallel = make_parallel(self.acc, config)
+        """How the processes share the model (``train.parallel``): every step's backward, no-sync,
+        clipping, generation and checkpoint go through it."""
         set_seed(config.seed)
         if model is None:
             model, tokenizer = load_policy(config.model, self.acc.device)
@@ -124,12 +127,16 @@ class Trainer:
     def _prepare(self, n_items: int, total_updates: int, lr: float | None = None) -> None:
         """Optimizer, schedule, accelerate's wrapping, the sampler, and the generation backend."""
         optim = self.config.optim if lr is None else dataclasses.replace(self.config.optim, lr=lr)
-        optimizer, self.scheduler = make_optimizer(self.model, optim, total_updates)
+
+        def build_optimizer(model: Any) -> Any:  # over the parameters as the engine placed them
+            optimizer, self.scheduler = make_optimizer(model, optim, total_updates)
+            return optimizer
+
         # the scheduler is not prepared: accelerate would step it once per process
-        self.model, self.optimizer = self.acc.prepare(self.model, optimizer)
+        self.model, self.optimizer = self.parallel.prepare(self.model, build_optimizer)
         self.sampler = PromptSampler(n_items, self.config.seed)
         self.acc.register_for_checkpointing(self.scheduler, self.sampler)
-        self.policy = self.acc.unwrap_model(self.model)
+        self.policy = self.parallel.unwrap(self.model)
         self.backend = TransformersBackend(
             self.policy, self.tokenizer, batch_size=self.config.model.generation_batch_size
         )
@@ -176,11 +183,19 @@ class Trainer:
         t = torch.tensor([float(value)], dtype=torch.float64, device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item())
 
+    def global_max(self, value: float) -> float:
+        """Largest ``value`` over processes."""
+        if self.acc.num_processes == 1:
+            return float(value)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=self.acc.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return float(t.item())
+
     def clip_and_check(self) -> float:
         """Clip the gradient norm; the watchdog stops the run on a NaN/inf norm before the update."""
         max_norm = self.config.optim.max_grad_norm
         params = [p for p in self.model.parameters() if p.requires_grad]
-        norm = float(self.acc.clip_grad_norm_(params, max_norm if max_norm else float("inf")))
+        norm = self.parallel.clip_grad_norm(params, max_norm if max_norm else float("inf"))
         if self.config.stop_on_nonfinite and not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             found = list_checkpoints(self.run_dir)
@@ -204,12 +219,14 @@ class Trainer:
         """Greedy held-out evaluation on the main process, logged as an ``eval`` record."""
         if not self.eval_examples:
             return None
-        record = None
+        record, new_best = None, False
+        with self.parallel.generating(self.model):  # every process: FSDP gathers the weights once
+            if self.acc.is_main_process:
+                report = evaluate(
+                    self.backend, self.retriever, self.method, self.eval_examples,
+                    temperature=self.config.eval_temperature, seed=self.config.seed,
+                )  # fmt: skip
         if self.acc.is_main_process:
-            report = evaluate(
-                self.backend, self.retriever, self.method, self.eval_examples,
-                temperature=self.config.eval_temperature, seed=self.config.seed,
-            )  # fmt: skip
             s = report.scores
             values = {
                 "phase": phase,
@@ -227,20 +244,26 @@ class Trainer:
                 values[f"eval/method/{key}"] = s.get(key, 0.0)
             record = self.log.log("eval", self.step_count, values)
             self.evals.append(record)
-            self._keep_if_best(record)
+            new_best = self._is_new_best(record)
             console.print(
                 f"{self.kind} step {self.step_count} held-out EM {values['eval/em']:.3f} "
                 f"(n={len(self.eval_examples)}, {phase})"
             )
+        if self._main_says(new_best):  # every process: a sharded policy is gathered to be written
+            out = self.run_dir / "best"
+            self.parallel.export(self.model, self.tokenizer, out)
+            if self.acc.is_main_process:
+                (out / "best.json").write_text(json.dumps(self.best) + "\n", encoding="utf-8")
         self.acc.wait_for_everyone()
         return record
 
-    def _keep_if_best(self, record: dict[str, Any]) -> None:
-        """``train.best_metric``: export the policy to ``<run>/best`` when this evaluation beats every
-        earlier one (ties keep the earlier policy), with ``best.json`` naming the step and the value."""
+    def _is_new_best(self, record: dict[str, Any]) -> bool:
+        """``train.best_metric``: whether this evaluation beats every earlier one (ties keep the earlier
+        policy; recorded in ``self.best``). The policy then goes to ``<run>/best`` with ``best.json``
+        naming the step and the value."""
         key = self.config.best_metric
         if not key:
-            return
+            return False
         if key not in record or not isinstance(record[key], (int, float)):
             numeric = sorted(
                 k for k, v in record.items() if k.startswith("eval/") and isinstance(v, (int, float))
@@ -248,11 +271,9 @@ class Trainer:
             raise RagrlError(f"train.best_metric: the evaluation has no value {key!r} (it has {numeric})")
         value, sign = float(record[key]), 1.0 if self.config.best_mode == "max" else -1.0
         if self.best is not None and sign * value <= sign * self.best["value"]:
-            return
+            return False
         self.best = {"step": self.step_count, "metric": key, "value": value}
-        out = self.run_dir / "best"
-        export_policy(self.policy, self.tokenizer, out)
-        (out / "best.json").write_text(json.dumps(self.best) + "\n", encoding="utf-8")
+        return True
 
     def save(self) -> Path:
         state = {
@@ -265,8 +286,8 @@ class Trainer:
             **self.extra_state(),
         }
         return save_checkpoint(
-            self.acc, self.run_dir, self.step_count, state, model=self.model, tokenizer=self.tokenizer,
-            keep=self.config.keep_checkpoints, extra=self.save_extra,
+            self.parallel, self.run_dir, self.step_count, state, model=self.model, optimizer=self.optimizer,
+            tokenizer=self.tokenizer, keep=self.config.keep_checkpoints, extra=self.save_extra,
         )  # fmt: skip
 
     def extra_state(self) -> dict[str, Any]:
@@ -283,7 +304,7 @@ class Trainer:
         state = read_trainer_state(ckpt)
         if state.get("kind", self.kind) != self.kind:
             raise RagrlError(f"{ckpt}: a {state.get('kind')} checkpoint cannot resume a {self.kind} run")
-        self.acc.load_state(str(ckpt / "state"))
+        self.parallel.load_state(ckpt / "state", self.model, self.optimizer)
         self.step_count = int(state["step"])
         self.evals = list(state.get("evals", []))
         self.best = state.get("best")
@@ -374,8 +395,8 @@ class Trainer:
             summary["stopped"] = self.stopped
         if self.evals:
             summary.update(before_after(self.evals[0], self.evals[-1], prefix="eval/"))
+        self.parallel.export(self.model, self.tokenizer, self.run_dir / "policy")
         if self.acc.is_main_process:
-            export_policy(self.policy, self.tokenizer, self.run_dir / "policy")
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         self.acc.wait_for_everyone()
         return summary

@@ -52,6 +52,11 @@ class DPOTrainer(Trainer):
     def __init__(
         self, method: Method, config: TrainConfig, pairs: Sequence[PreferencePair], **kwargs: Any
     ) -> None:
+        if config.parallel.mode != "ddp":  # before any model is loaded
+            raise RagrlError(
+                f"train.parallel.mode: {config.parallel.mode} is not supported by DPO and the preference "
+                "cycles yet (GRPO and SFT only); use ddp"
+            )
         super().__init__(method, config, **kwargs)
         if not pairs:
             raise RagrlError("DPO: no preference pairs to train on")
@@ -122,7 +127,7 @@ class DPOTrainer(Trainer):
                 label_smoothing=d.label_smoothing,
                 reference_free=d.reference_free,
             )
-            self.acc.backward(losses.sum() / global_batch * self.acc.num_processes)
+            self.parallel.backward(losses.sum() / global_batch * self.acc.num_processes)
             margins = chosen_rewards - rejected_rewards
             parts.append(
                 torch.stack(

@@ -136,6 +136,8 @@ class GRPOTrainer(Trainer):
         if g.kl_coef != 0.0 and config.model.lora is None:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self._prepare(len(self.train_examples), config.steps * g.ppo_epochs * g.minibatches)
+        if self.ref_model is not None:  # placed as the policy is (sharded too under FSDP)
+            self.ref_model = self.parallel.prepare_frozen(self.ref_model)
         self.world: WorldRenaming | None = None
         """``train.grpo.rename_world``: the world's name words; each round's rollouts search through
         ``self.rollout_retriever`` renamed by one permutation of them."""
@@ -177,9 +179,10 @@ class GRPOTrainer(Trainer):
 
         # 1-4. questions -> episodes -> rewards -> samples with advantages -> the group filter (_play);
         # with refill_rounds > 0, new questions are played until per_process groups survive the filter
-        rounds = [self._play(0, per_process)]
-        while len(rounds) <= g.refill_rounds and self._short_of_groups(rounds, per_process):
-            rounds.append(self._play(len(rounds), per_process))
+        with self.parallel.generating(self.model):  # FSDP: the weights gathered once for the rollouts
+            rounds = [self._play(0, per_process)]
+            while len(rounds) <= g.refill_rounds and self._short_of_groups(rounds, per_process):
+                rounds.append(self._play(len(rounds), per_process))
         t_rollout = time.perf_counter() - t0
 
         # 5-6. the policy update on the kept samples (the first per_process kept groups when refilling)
@@ -342,12 +345,17 @@ class GRPOTrainer(Trainer):
         for epoch in range(g.ppo_epochs):
             for mb in minibatches:
                 # normalise by the global minibatch, so N processes compute one process's update
-                global_units = self.global_sum(sum(b.num_tokens if by_tokens else len(b) for b, _ in mb))
+                real = [x for x in mb if x is not None]
+                global_units = self.global_sum(sum(b.num_tokens if by_tokens else len(b) for b, _ in real))
                 if not mb:  # nothing of this minibatch here: still join the gradient all-reduce
-                    self.acc.backward(self._zero_loss())
-                for k, (b, adv) in enumerate(mb):
+                    self.parallel.backward(self._zero_loss())
+                for k, item in enumerate(mb):
                     last = k == len(mb) - 1  # gradients are synchronised on the last micro-batch only
-                    with nullcontext() if last else self.acc.no_sync(self.model):
+                    with nullcontext() if last else self.parallel.no_sync(self.model):
+                        if item is None:  # lockstep padding: join the collective passes, add nothing
+                            self.parallel.backward(self._zero_loss())
+                            continue
+                        b, adv = item
                         logp = self._logprobs(self.model, b, temperature, with_entropy=epoch == 0)
                         if epoch == 0:  # the entropy of the policy that sampled, measured once
                             logp, entropy = logp
@@ -361,7 +369,7 @@ class GRPOTrainer(Trainer):
                         )  # fmt: skip
                         units = b.num_tokens if by_tokens else len(b)
                         scale = units / max(global_units, 1) * self.acc.num_processes
-                        self.acc.backward(loss * scale)
+                        self.parallel.backward(loss * scale)
                     loss_total += float(m["loss"]) * scale
                     for name in ("clip_frac", "clip_frac_low", "clip_frac_high", "approx_kl", "kl"):
                         if name in m:
@@ -377,10 +385,12 @@ class GRPOTrainer(Trainer):
 
     def _minibatches(
         self, samples: list[Sample], temperature: float
-    ) -> list[list[tuple[SequenceBatch, torch.Tensor]]]:
+    ) -> list[list[tuple[SequenceBatch, torch.Tensor] | None]]:
         """Split the samples into minibatches of whole groups and those into micro-batches of tensors
         (with their advantages: [B], or [B, T] when a sample carries one per token), with π_old (when it
-        is not π_θ detached) and π_ref (when there is a KL term) attached."""
+        is not π_θ detached) and π_ref (when there is a KL term) attached. Under a lockstep engine
+        (FSDP: every forward is collective) each minibatch holds the same number of micro-batches on
+        every process, padded with ``None`` (a pass that joins the collectives and adds nothing)."""
         g = self.config.grpo
         dev = self.acc.device
         recompute = g.old_logprobs == "recompute" or (
@@ -388,8 +398,18 @@ class GRPOTrainer(Trainer):
         )
         out = []
         for mb in _split_groups([s.group for s in samples], g.minibatches):
-            micro_batches = []
-            for rows in _chunks(mb, g.micro_batch_size):
+            chunks = _chunks(mb, g.micro_batch_size)
+            passes = int(self.global_max(len(chunks))) if self.parallel.lockstep else len(chunks)
+            micro_batches: list[tuple[SequenceBatch, torch.Tensor] | None] = []
+            for rows in chunks + [None] * (passes - len(chunks)):
+                if rows is None:
+                    with torch.no_grad():  # the no-grad passes the real micro-batches make
+                        if recompute:
+                            self._zero_loss()
+                        if g.kl_coef and self.ref_model is not None:
+                            self._zero_loss(self.ref_model)
+                    micro_batches.append(None)
+                    continue
                 b = sequence_batch([samples[i] for i in rows], self.pad_id, dev)
                 with torch.no_grad():
                     if recompute:
@@ -421,9 +441,10 @@ class GRPOTrainer(Trainer):
         with self.policy.disable_adapter():  # LoRA: the base model is the reference
             return self._logprobs(self.model, b, temperature)
 
-    def _zero_loss(self) -> torch.Tensor:
+    def _zero_loss(self, model: Any = None) -> torch.Tensor:
+        """A loss of 0 through ``model`` (the policy): a pass that only joins the collective ones."""
         ids = torch.tensor([[self.pad_id, self.pad_id]], device=self.acc.device)
-        return token_logprobs(self.model, ids).sum() * 0.0
+        return token_logprobs(self.model if model is None else model, ids).sum() * 0.0
 
     # -- metrics ---------------------------------------------------------------------------------------
     def _step_metrics(

@@ -104,14 +104,14 @@ class SFTTrainer(Trainer):
         global_tokens = self.global_sum(sum(b.num_tokens for b in batches))
         loss_sum = 0.0
         for k, b in enumerate(batches):
-            with nullcontext() if k == len(batches) - 1 else self.acc.no_sync(self.model):
+            with nullcontext() if k == len(batches) - 1 else self.parallel.no_sync(self.model):
                 with self.acc.autocast():
                     logp = token_logprobs(
                         self.model, b.input_ids, b.attention_mask, start=b.start, mask=b.loss_mask
                     )
                 # token mean over the global batch: this process's sum / global count, × N for DDP's mean
                 loss = -(logp * b.loss_mask).sum() / max(global_tokens, 1) * self.acc.num_processes
-                self.acc.backward(loss)
+                self.parallel.backward(loss)
             loss_sum += float(loss.detach())
         grad_norm = self.optimizer_step()
         self.step_count += 1

@@ -3,7 +3,8 @@
 A checkpoint ``<run>/checkpoints/step-000040/`` holds
 
 * ``state/``: ``accelerator.save_state`` — model weights, optimizer, LR scheduler, the sampler, and the
-  RNG streams (python, numpy, torch) of every process;
+  RNG streams (python, numpy, torch) of every process (under FSDP the model and optimizer are the
+  sharded ``state/sharded/`` of ``torch.distributed.checkpoint``: ``ragrl.train.parallel``);
 * ``trainer_state.json``: the step, the wall time so far, and the config fingerprint;
 * ``policy/``: the model and tokenizer as ``save_pretrained`` writes them (``ragrl eval --model`` reads
   it), on the main process.
@@ -109,28 +110,31 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
 
 
 def save_checkpoint(
-    accelerator: Any,
+    parallel: Any,
     run_dir: str | Path,
     step: int,
     trainer_state: dict[str, Any],
     *,
     model: Any,
+    optimizer: Any,
     tokenizer: Any,
     keep: int = 2,
     extra: Any = None,
 ) -> Path:
     """Write a checkpoint (into a temporary folder renamed at the end, so a crash never leaves a half
-    checkpoint that looks complete) and keep the ``keep`` newest ones. ``extra(folder)``, on the main
+    checkpoint that looks complete) and keep the ``keep`` newest ones. ``parallel``
+    (``ragrl.train.parallel``) writes the training state and the policy; ``extra(folder)``, on the main
     process, writes a trainer's own files into the checkpoint before the rename."""
+    accelerator = parallel.acc
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "state"), safe_serialization=True)
+    parallel.save_state(tmp / "state", model, optimizer)
+    parallel.export(model, tokenizer, tmp / "policy")
     if accelerator.is_main_process:
-        export_policy(accelerator.unwrap_model(model), tokenizer, tmp / "policy")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2), encoding="utf-8")
         if extra is not None:
             extra(tmp)
@@ -143,10 +147,11 @@ def save_checkpoint(
     return final
 
 
-def export_policy(model: Any, tokenizer: Any, out: Path) -> Path:
-    """``save_pretrained`` of the policy and its tokenizer (LoRA adapters are saved as adapters)."""
+def export_policy(model: Any, tokenizer: Any, out: Path, state_dict: dict[str, Any] | None = None) -> Path:
+    """``save_pretrained`` of the policy and its tokenizer (LoRA adapters are saved as adapters);
+    ``state_dict``: the weights to write instead of the model's own (a sharded model's, gathered)."""
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
+    model.save_pretrained(str(out), safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(str(out))
     cfg_path = out / "tokenizer_config.json"
     if cfg_path.is_file():  # a generic fast tokenizer: name a class every transformers version loads

@@ -1,0 +1,129 @@
+"""Per-process peak memory of the same training run under DDP and under FSDP2, on 2 CPU processes.
+
+A randomly initialised model of a paper's shape (``--shape``, from ``gpu_shapes.SHAPES``: Qwen2.5-0.5B
+by default, its 151,936-token vocabulary and tied embeddings) is written once to a work folder; then
+``torchrun --nproc_per_node 2`` runs the same SFT steps on it twice, ``train.parallel.mode=ddp`` and
+``=fsdp`` (AdamW, fp32, the quoting oracle's demonstrations of the synthetic world, ``--steps`` steps of
+``--batch`` demonstrations). Each process reports its peak resident memory (``ru_maxrss``) after the
+steps; the last line is the ratio FSDP ÷ DDP of the larger of the two processes' peaks (the bar of
+docs/training.md, "Sharded training": at most 0.6).
+
+    python benchmarks/sharding_memory.py [--shape qwen2.5-0.5b] [--steps 2] [--batch 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def child(args: argparse.Namespace) -> None:
+    """One process of a run: SFT steps under ``args.mode``; prints its peak RSS as a JSON line."""
+    import torch
+
+    from ragrl.data.io import read_examples
+    from ragrl.methods import load_method
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.synth.demonstrators import QuotingOracle
+    from ragrl.train.setup import load_policy
+    from ragrl.train.sft import SFTTrainer, demonstration_trajectories
+
+    work = args.workdir
+    method = load_method(
+        "search_r1-tiny",
+        [f"train.model.path={work / 'model'}", f"train.out={work / args.mode}",
+         f"train.parallel.mode={args.mode}", f"train.sft.batch_size={args.batch}",
+         f"train.sft.max_steps={args.steps}", "train.grpo.micro_batch_size=2", "train.model.dtype=float32",
+         "protocol.user='Question: {question}'"],
+    )  # fmt: skip
+    _, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples = read_examples(work / "world" / "train.jsonl")[0][: args.batch]
+    retriever = load_retriever(work / "world" / "bm25")
+    demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), examples, retriever)
+    trainer = SFTTrainer(method, method.train, demos, eval_examples=[])
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        trainer.step()
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"mode": args.mode, "rank": trainer.acc.process_index, "peak_mb": round(peak),
+                      "seconds": round(seconds, 1)}), flush=True)  # fmt: skip
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def setup(work: Path, shape: str) -> int:
+    """The world, its index and the random model of ``shape`` (its parameter count)."""
+    import torch
+    from gpu_shapes import build
+    from transformers import AutoTokenizer
+
+    from ragrl.data.io import read_corpus
+    from ragrl.retrieval.bm25 import BM25Retriever
+    from ragrl.synth import generate_world
+    from ragrl.train.reader import SHIPPED_BASE
+
+    if not (work / "world" / "train.jsonl").is_file():
+        generate_world(0, "small").write(work / "world")
+        BM25Retriever.build(read_corpus(work / "world" / "corpus.jsonl")[0]).save(work / "world" / "bm25")
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_BASE, local_files_only=True)
+    model = build(shape, torch.device("cpu"), torch.float32, tokenizer)
+    n = sum(p.numel() for p in model.parameters())
+    if not (work / "model" / "config.json").is_file():
+        model.save_pretrained(work / "model")
+        tokenizer.save_pretrained(work / "model")
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="qwen2.5-0.5b")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=4, help="demonstrations per step (2 per process)")
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--mode", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.mode is not None:
+        return child(args)
+    tmp = None
+    if args.workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="ragrl-sharding-")
+        args.workdir = Path(tmp.name)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    n = setup(args.workdir, args.shape)
+    print(f"{args.shape}: {n / 1e6:.0f}M parameters (fp32 {4 * n / 2**30:.2f} GiB), 2 processes, gloo")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONUNBUFFERED": "1"}
+    peaks = {}
+    for mode in ("ddp", "fsdp"):
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                   __file__, "--mode", mode, "--workdir", str(args.workdir), "--steps", str(args.steps),
+                   "--batch", str(args.batch)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or len(rows) != 2:
+            sys.exit(f"{mode} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        for r in rows:
+            print(
+                f"{mode}: process {r['rank']} peak RSS {r['peak_mb']:,} MB, {args.steps} steps in "
+                f"{r['seconds']} s"
+            )
+        peaks[mode] = max(r["peak_mb"] for r in rows)
+    if tmp is not None:
+        tmp.cleanup()
+    print(f"per-process peak RSS, FSDP / DDP: {peaks['fsdp'] / peaks['ddp']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""A small GRPO run under ``torchrun`` for the parallel tests: ``python parallel_run.py WORLD RUN_DIR
+straight|first|resume|sft [OVERRIDES...]`` trains 2 GRPO steps straight, or stops after step 1 with a
+checkpoint, or resumes that run to step 2, or makes one SFT step on the oracle's demonstrations of 8
+training questions; the main process writes the gathered weights to ``RUN_DIR/w.pt``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from grpo_run import small_method  # noqa: E402
+
+from ragrl.data.io import read_examples  # noqa: E402
+from ragrl.retrieval.base import load_retriever  # noqa: E402
+from ragrl.synth.demonstrators import OracleDemonstrator  # noqa: E402
+from ragrl.train.grpo import GRPOTrainer  # noqa: E402
+from ragrl.train.setup import load_policy  # noqa: E402
+from ragrl.train.sft import SFTTrainer, demonstration_trajectories  # noqa: E402
+
+
+def sft_trainer(world: Path, run_dir: Path, *extra: str) -> SFTTrainer:
+    method = small_method(world, run_dir, "train.sft.batch_size=8", "train.sft.max_steps=1",
+                          "train.grpo.micro_batch_size=2", *extra)  # fmt: skip
+    _, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples = read_examples(world / "train.jsonl")[0][:8]
+    demos = demonstration_trajectories(
+        method, tokenizer, OracleDemonstrator(), examples, load_retriever(world / "bm25")
+    )
+    return SFTTrainer(method, method.train, demos, eval_examples=[])
+
+
+if __name__ == "__main__":
+    world, run_dir, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if mode == "sft":
+        trainer = sft_trainer(world, run_dir, *sys.argv[4:])
+    else:
+        method = small_method(world, run_dir, "train.steps=2", *sys.argv[4:])
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
+    if mode == "sft":
+        trainer.step()
+    elif mode == "straight":
+        trainer.train()
+    elif mode == "first":
+        trainer.train(until=1)
+    else:
+        trainer.train(resume="latest")
+    weights = trainer.parallel.full_state_dict(trainer.model)
+    if trainer.acc.is_main_process:
+        torch.save({k: v.detach().clone() for k, v in weights.items()}, run_dir / "w.pt")
+    trainer.acc.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
