@@ -10,6 +10,11 @@ mkdir -p "$keep" "${OUT:=runs/gpu-check}"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .device/whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 cp -r ".device/part-$phase" "$keep/"
+if [ "$phase" = 2 ] && [ ! -f "$keep/part-1/smollm2.whl.part1" ]; then
+    echo "phase 2 needs phase 1's files in $keep: run 'benchmarks/device.sh 1' first, and this call" \
+         "within the machine's 30 s warm window after it (else a fresh machine starts bare)" >&2
+    exit 2
+fi
 if [ -f "$keep/part-1/data.tar.gz" ] && [ ! -d "$keep/data" ]; then
     mkdir -p "$keep/data" && tar xzf "$keep/part-1/data.tar.gz" -C "$keep/data"
 fi

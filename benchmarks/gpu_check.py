@@ -10,15 +10,14 @@ two calls on the same warm machine, each carrying one half:
     # call 1 (carry .device/whl, .device/part-1): environment, GPU tests, shapes      (~5 minutes)
     bash benchmarks/device.sh 1
     # call 2 (carry .device/whl, .device/part-2): the halves joined and checked, SmolLM2 imported,
-    # gpu_learning's world part (3 seeds side by side) and real part              (~8 minutes)
+    # gpu_learning: 3 seeds and the real-data part side by side             (~7 minutes)
     bash benchmarks/device.sh 2
 
 Each phase writes at most 8 files into ``--out`` (the device tool brings back 8): ``env.txt``,
 ``tests.log``, ``shapes.md`` / ``shapes.json`` (phase 1); ``world.md``, ``world.json``, ``real.md``,
-``learning.log`` (phase 2). Run folders stay in ``--work``. Without a GPU every part runs at toy scale
-(``--toy`` of each script) and the GPU tests are skipped: the test suite runs this path
-(``tests/benchmarks/test_gpu_check.py``).
-"""
+``learning.log``, ``import.log`` (phase 2), each written as soon as it exists. Run folders stay in
+``--work``. Without a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests
+are skipped: the test suite runs this path (``tests/benchmarks/test_gpu_check.py``)."""
 
 from __future__ import annotations
 
@@ -114,9 +113,10 @@ def phase_1(args: argparse.Namespace, toy: bool) -> int:
     status = run_logged(tests, args.out / "tests.log")
     import gpu_shapes
 
-    gpu_shapes.main(["--out", str(args.work / "shapes"), *(["--toy"] if toy else [])])
-    for name in ("shapes.md", "shapes.json"):
-        shutil.copy(args.work / "shapes" / name, args.out / name)
+    # the tables straight into --out, rewritten after every row
+    gpu_shapes.main(
+        ["--out", str(args.work / "shapes"), "--tables", str(args.out), *(["--toy"] if toy else [])]
+    )
     return 0 if status in (0, 5) else status  # 5: no test ran (no GPU: every GPU test skipped)
 
 
@@ -129,14 +129,12 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
         if not (model / "config.json").is_file():
             gguf = smollm2_gguf(args.parts, args.work)
             ragrl = [sys.executable, "-m", "ragrl", "model", "import-gguf", str(gguf), "--out", str(model)]
-            if run_logged(ragrl, args.out / "learning.log") != 0:
+            if run_logged(ragrl, args.out / "import.log") != 0:
                 return 1
         command += ["--model", str(model), "--grpo-seconds", str(args.grpo_seconds)]
-    status = run_logged(command, args.out / "learning.log")
-    for name in ("world.md", "world.json", "real.md"):
-        if (args.work / "learning" / name).is_file():
-            shutil.copy(args.work / "learning" / name, args.out / name)
-    return status
+    # the tables straight into --out as each part ends: a call stopped at its limit still brings them
+    command += ["--tables", str(args.out)]
+    return run_logged(command, args.out / "learning.log")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/gpu-check-work"), help="run folders")
     ap.add_argument("--phase", choices=["1", "2", "all"], default="all")
     ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
-    ap.add_argument("--grpo-seconds", type=float, default=240.0, help="gpu_learning's GRPO time per seed")
+    ap.add_argument("--grpo-seconds", type=float, default=200.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
     args = ap.parse_args(argv)
     toy = args.toy or not torch.cuda.is_available()

@@ -41,6 +41,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 INSTRUCT_SETTINGS = (
+    # fp32 master weights under bf16 autocast: in pure bf16 an AdamW step of lr 5e-6 is below half a
+    # bf16 unit of most weights (~0.02-0.05) and rounds away
+    "train.model.dtype=float32",
+    "train.mixed_precision=bf16",
     # The Search-R1 instruction prompt of search_r1-tiny, through the model's chat template. BPE token
     # limits for a 49k vocabulary: the quoting oracle's episodes on the world fit in 1024 tokens.
     "rollout.max_total_tokens=1024",
@@ -69,6 +73,9 @@ INSTRUCT_SETTINGS = (
 )
 """The recipe of a pretrained instruct model on the synthetic world (docs/models.md says how it was
 chosen); ``--set`` overrides go on top."""
+
+PRECISION = ("train.model.dtype=float32", "train.mixed_precision=bf16")
+"""fp32 master weights, bf16 compute (on the CPU the path stays fp32)."""
 
 TOY_SETTINGS = (
     "train.sft.max_steps=2",
@@ -104,8 +111,25 @@ def one_seed(args: argparse.Namespace) -> None:
 
 
 def world_part(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every seed in its own process, all at once; their summaries."""
+    """Every seed in its own process, all at once (with ``args.beside``, the real part in one more);
+    their summaries."""
     procs = []
+    if args.beside:  # the real-data part, in its own process beside the seeds (the GPU has room)
+        command = [
+            sys.executable,
+            __file__,
+            "--part",
+            "real",
+            "--out",
+            str(args.out),
+            "--tables",
+            str(args.tables),
+        ]
+        command += ["--model", str(args.model), "--real-grpo-seconds", str(args.real_grpo_seconds)]
+        command += ["--n", str(args.n), *(["--toy"] if args.toy else [])]
+        command += [a for o in args.overrides for a in ("--set", o)]
+        log = (args.out / "real.log").open("w")
+        procs.append(("real", subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
     for seed in args.seeds:
         command = [sys.executable, __file__, "--one-seed", str(seed), "--out", str(args.out)]
         command += ["--grpo-seconds", str(args.grpo_seconds), *(["--toy"] if args.toy else [])]
@@ -118,7 +142,7 @@ def world_part(args: argparse.Namespace) -> list[dict[str, Any]]:
             failed.append(seed)
         log.close()
     if failed:
-        sys.exit(f"seeds {failed} failed; see {args.out}/seed-N.log")
+        sys.exit(f"{failed} failed; see {args.out}/seed-N.log and real.log")
     return [json.loads((args.out / f"seed-{s}" / "summary.json").read_text()) for s in args.seeds]
 
 
@@ -181,8 +205,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         "sft", "search_r1", "--demos", "oracle", "--out", str(sft),
         *rb.sets([f"train.model.path={args.model}", *common, "train.eval_every=0",
                   f"train.sft.max_steps={args.real_sft_steps}", "train.sft.batch_size=16",
-                  "train.sft.lr=2e-5",
-                  *args.overrides]),
+                  "train.sft.lr=2e-5", *PRECISION, *args.overrides]),
         log=args.out / "real" / "sft.log",
     )  # fmt: skip
     grpo = args.out / "real" / "grpo"
@@ -192,7 +215,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"train.max_seconds={args.real_grpo_seconds}", "train.steps=1000",
                   f"train.grpo.prompts_per_step={2 if args.toy else 32}", f"rollout.n={2 if args.toy else 5}",
                   "train.optim.lr=5e-6", "train.grpo.kl=low_var_kl", "train.grpo.kl_coef=0.001",
-                  "train.model.generation_batch_size=256", *args.overrides]),
+                  "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
         log=args.out / "real" / "grpo.log",
     )  # fmt: skip
     rows = []
@@ -239,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--real-sft-steps", type=int, default=100)
     ap.add_argument("--real-grpo-seconds", type=float, default=120.0)
     ap.add_argument("--toy", action="store_true", help="the same path at toy scale (CPU)")
+    ap.add_argument("--tables", type=Path, default=None, help="where the tables go as each is done (--out)")
     ap.add_argument("--one-seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     args = ap.parse_args(argv)
@@ -259,13 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     needs_model = "real" in args.part or not args.toy
     if needs_model and not (args.model / "config.json").is_file():
         sys.exit(f"{args.model}: no model folder (make smollm2; with --toy, a tiny policy: ragrl model tiny)")
+    args.tables = args.tables or args.out
+    args.tables.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    printed = []
-    if "world" in args.part:
-        text, figures = world_table(world_part(args))
-        (args.out / "world.md").write_text(text + "\n", encoding="utf-8")
-        (args.out / "world.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-        printed.append(text)
     import real_baselines
 
     if "real" in args.part and not real_baselines.SHARED.is_dir():
@@ -273,13 +293,21 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"{real_baselines.SHARED}: the data samples are not there (RAGRL_SHARED_DATA)")
         print(f"(no data samples at {real_baselines.SHARED}: the real-data part is skipped)")
         args.part = [p for p in args.part if p != "real"]
-    if "real" in args.part:
+    # both parts: the real one runs in its own process beside the seeds and writes its own table
+    args.beside = "world" in args.part and "real" in args.part
+    if "world" in args.part:
+        text, figures = world_table(world_part(args))
+        (args.tables / "world.md").write_text(text + "\n", encoding="utf-8")
+        (args.tables / "world.json").write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        print(text)
+    if "real" in args.part and not args.beside:
         rows = real_part(args)
         text = real_table(rows)
-        (args.out / "real.md").write_text(text + "\n", encoding="utf-8")
+        (args.tables / "real.md").write_text(text + "\n", encoding="utf-8")
         (args.out / "real.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        printed.append(text)
-    print("\n\n".join(printed))
+        print(text)
+    elif (args.tables / "real.md").is_file():
+        print((args.tables / "real.md").read_text(encoding="utf-8"))
     print(f"gpu_learning: {time.perf_counter() - t0:.0f} s")
 
 

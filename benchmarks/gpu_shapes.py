@@ -187,7 +187,9 @@ def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
     )  # fmt: skip
 
 
-def sweep(shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[Any]) -> list[dict[str, Any]]:
+def sweep(
+    shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[Any], on_row: Any = None
+) -> list[dict[str, Any]]:
     """Every batch of ``args.questions`` for one shape, until one runs out of memory."""
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -196,6 +198,8 @@ def sweep(shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[A
         row: dict[str, Any] = {"shape": shape, "questions": questions, "sequences": questions * args.group}
         try:
             model = build(shape, device, dtype, tokenizer)
+            if args.gradient_checkpointing:  # as TRL's side (load_policy is skipped for a model object)
+                model.gradient_checkpointing_enable()
             row["parameters"] = sum(p.numel() for p in model.parameters())
             batch = questions * args.group
             row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
@@ -207,24 +211,49 @@ def sweep(shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[A
             row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device)
             del model
             free(device)
-            try:
-                import trl  # noqa: F401
-            except ImportError:
-                row["trl"] = {"skipped": "trl is not installed (pip install 'ragrl[bench]')"}
-            else:
-                model = build(shape, device, dtype, tokenizer)
-                messages = [method.protocol.messages(q) for q in qs]
-                row["trl"] = measure_trl(model, tokenizer, messages, args, batch)
+            row["trl"] = trl_side(shape, args, tokenizer, method, qs, batch, device, dtype)
+            if "step_seconds" in row["trl"]:
                 row["trl_over_ragrl"] = round(row["trl"]["step_seconds"] / row["ragrl"]["step_seconds"], 2)
-                del model
-        except torch.OutOfMemoryError:
+        except Exception as e:  # noqa: BLE001 - an out-of-memory batch ends the sweep; anything else is raised
+            if not out_of_memory(e):
+                raise
             row["oom"] = True
         free(device)
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if on_row is not None:
+            on_row(row)
         if row.get("oom"):
             break
     return rows
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """A CUDA allocation failure (torch's own error, or cuBLAS failing to allocate its workspace)."""
+    return isinstance(e, torch.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and ("out of memory" in str(e) or "CUBLAS_STATUS_ALLOC_FAILED" in str(e))
+    )
+
+
+def trl_side(
+    shape: str, args: argparse.Namespace, tokenizer: Any, method: Any, qs: list, batch: int,
+    device: torch.device, dtype: torch.dtype,
+) -> dict[str, Any]:  # fmt: skip
+    """TRL's step on a model built from the same seed; its failure is recorded, not fatal to the sweep."""
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return {"skipped": "trl is not installed (pip install 'ragrl[bench]')"}
+    model = None
+    try:
+        model = build(shape, device, dtype, tokenizer)
+        messages = [method.protocol.messages(q) for q in qs]
+        return measure_trl(model, tokenizer, messages, args, batch)
+    except Exception as e:  # noqa: BLE001 - TRL's own failure or OOM: reported in its cell
+        return {"oom": True} if out_of_memory(e) else {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        del model
+        free(device)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -241,7 +270,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         g, o, t = r["generate"], r["ragrl"], r["trl"]
         split = f"{o['rollout_seconds']:.1f} / {o['logprob_seconds']:.1f} / {o['update_seconds']:.1f}"
-        trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "—"
+        trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
         lines.append(
             f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
             f"{r['questions']} × {r['sequences'] // r['questions']}"
@@ -265,6 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-shapes"))
     ap.add_argument("--toy", action="store_true", help="the toy shape, tiny lengths, on the CPU")
+    ap.add_argument("--tables", type=Path, default=None, help="where shapes.md/json go, after every row")
     args = ap.parse_args(argv)
     if args.toy:
         args.shapes, args.questions, args.group = ["toy"], [2], 2
@@ -284,11 +314,18 @@ def main(argv: list[str] | None = None) -> None:
     if not (world / "train.jsonl").is_file():
         generate_world(0, "small").write(world)
     examples = read_examples(world / "train.jsonl")[0][:64]
-    rows = [r for shape in args.shapes for r in sweep(shape, args, tokenizer, examples)]
-    text = table(rows)
-    (args.out / "shapes.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    (args.out / "shapes.md").write_text(text + "\n", encoding="utf-8")
-    print(text)
+    tables = args.tables or args.out
+    tables.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+
+    def write(row: dict[str, Any]) -> None:  # after every row: a run stopped at its limit keeps them
+        rows.append(row)
+        (tables / "shapes.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        (tables / "shapes.md").write_text(table(rows) + "\n", encoding="utf-8")
+
+    for shape in args.shapes:
+        sweep(shape, args, tokenizer, examples, on_row=write)
+    print(table(rows))
     ratios = [r["trl_over_ragrl"] for r in rows if "trl_over_ragrl" in r]
     if ratios:
         print(f"TRL s/step ÷ ragrl s/step: median {statistics.median(ratios):.2f} (min {min(ratios):.2f})")

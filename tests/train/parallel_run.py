@@ -1,7 +1,9 @@
 """A small GRPO run under ``torchrun`` for the parallel tests: ``python parallel_run.py WORLD RUN_DIR
-straight|first|resume|sft [OVERRIDES...]`` trains 2 GRPO steps straight, or stops after step 1 with a
-checkpoint, or resumes that run to step 2, or makes one SFT step on the oracle's demonstrations of 8
-training questions; the main process writes the gathered weights to ``RUN_DIR/w.pt``."""
+straight|first|resume|sft|evaluated [OVERRIDES...]`` trains 2 GRPO steps straight, or stops after step 1
+with a checkpoint, or resumes that run to step 2, or makes one SFT step on the oracle's demonstrations
+of 8 training questions, or trains 2 steps with a KL reference, 2 epochs (π_old recomputed), the
+zero-variance filter and an evaluation after each step (the best policy kept); the main process
+writes the gathered weights to ``RUN_DIR/w.pt``."""
 
 from __future__ import annotations
 
@@ -38,12 +40,19 @@ if __name__ == "__main__":
     run_dir.mkdir(parents=True, exist_ok=True)
     if mode == "sft":
         trainer = sft_trainer(world, run_dir, *sys.argv[4:])
+    elif mode == "evaluated":  # the main process evaluates alone; a KL reference; uneven micro-batches
+        extra = ["train.steps=2", "train.eval_every=1", "train.best_metric=eval/em_answerable",
+                 "train.data.eval_limit=4", "train.grpo.kl_coef=0.01", "train.grpo.ppo_epochs=2",
+                 "train.grpo.group_filter=drop_zero_variance", "train.grpo.micro_batch_size=2"]  # fmt: skip
+        method = small_method(world, run_dir, *extra, *sys.argv[4:])
+        dev = read_examples(world / "dev.jsonl")[0]
+        trainer = GRPOTrainer(method, method.train, eval_examples=dev)
     else:
         method = small_method(world, run_dir, "train.steps=2", *sys.argv[4:])
         trainer = GRPOTrainer(method, method.train, eval_examples=[])
     if mode == "sft":
         trainer.step()
-    elif mode == "straight":
+    elif mode in ("straight", "evaluated"):
         trainer.train()
     elif mode == "first":
         trainer.train(until=1)

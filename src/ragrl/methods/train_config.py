@@ -428,6 +428,10 @@ class TrainConfig:
                 f"train.parallel.mode: {self.parallel.mode} is not supported by train.algo cycles yet (its "
                 "DPO and reward model hold whole copies); use ddp"
             )
+        if self.parallel.mode == "fsdp" and self.mixed_precision == "fp16":
+            raise RagrlError(
+                "train.mixed_precision: fp16 under train.parallel.mode fsdp has no loss scaling; use bf16"
+            )
         if self.parallel.mode == "fsdp" and self.model.lora is not None:
             raise RagrlError(
                 "train.parallel.mode: fsdp with train.model.lora is not supported yet (LoRA trains a few "

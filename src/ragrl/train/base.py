@@ -220,7 +220,7 @@ class Trainer:
         if not self.eval_examples:
             return None
         record, new_best = None, False
-        with self.parallel.generating(self.model):  # every process: FSDP gathers the weights once
+        with self.parallel.generating(self.model, self.backend):  # every process: FSDP gathers once
             if self.acc.is_main_process:
                 report = evaluate(
                     self.backend, self.retriever, self.method, self.eval_examples,

@@ -179,7 +179,7 @@ class GRPOTrainer(Trainer):
 
         # 1-4. questions -> episodes -> rewards -> samples with advantages -> the group filter (_play);
         # with refill_rounds > 0, new questions are played until per_process groups survive the filter
-        with self.parallel.generating(self.model):  # FSDP: the weights gathered once for the rollouts
+        with self.parallel.generating(self.model, self.backend):  # FSDP: gathered once for the rollouts
             rounds = [self._play(0, per_process)]
             while len(rounds) <= g.refill_rounds and self._short_of_groups(rounds, per_process):
                 rounds.append(self._play(len(rounds), per_process))

@@ -62,8 +62,9 @@ class DataParallel:
         return float(self.acc.clip_grad_norm_(params, max_norm))
 
     @contextlib.contextmanager
-    def generating(self, model: Any) -> Iterator[None]:
-        yield
+    def generating(self, model: Any, backend: Any = None) -> Iterator[None]:
+        with self.acc.autocast():  # bf16 compute over fp32 weights under train.mixed_precision (GPU)
+            yield
 
     def save_state(self, folder: Path, model: Any, optimizer: Any) -> None:
         self.acc.save_state(str(folder), safe_serialization=True)
@@ -88,7 +89,7 @@ class FullyShardedParallel(DataParallel):
 
     lockstep = True
 
-    def _shard(self, model: Any) -> Any:
+    def _shard(self, model: Any, reshard_after_forward: bool | None = None) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -101,18 +102,20 @@ class FullyShardedParallel(DataParallel):
             )
         device = self.acc.device
         if not torch.distributed.is_initialized():  # one process: a group of one (FSDP2 needs a group)
-            backend = "nccl" if device.type == "cuda" else "gloo"
+            backend = "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"  # gloo: offloaded shards
             torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
                                                  rank=0, world_size=1)  # fmt: skip
         mesh = init_device_mesh(device.type, (self.acc.num_processes,))
-        options: dict[str, Any] = {
-            "mesh": mesh,
-            "reshard_after_forward": self.config.parallel.reshard_after_forward,
-        }
+        if reshard_after_forward is None:
+            reshard_after_forward = self.config.parallel.reshard_after_forward
+        options: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": reshard_after_forward}
         if self.config.mixed_precision in ("bf16", "fp16") and device.type == "cuda":
             half = torch.bfloat16 if self.config.mixed_precision == "bf16" else torch.float16
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=half, reduce_dtype=torch.float32)
         if self.config.parallel.offload:
+            if device.type == "cuda" and self.acc.num_processes > 1:
+                # clipping and gathering then reduce CPU tensors, over a group that has only NCCL
+                raise RagrlError("train.parallel.offload: on several GPUs it is not supported yet; use one")
             options["offload_policy"] = CPUOffloadPolicy()
         for layer in layers:
             fully_shard(layer, **options)
@@ -124,7 +127,7 @@ class FullyShardedParallel(DataParallel):
         return model, make_optimizer(model)
 
     def prepare_frozen(self, model: Any) -> Any:
-        return self._shard(model)
+        return self._shard(model, reshard_after_forward=True)  # no backward would free it
 
     def unwrap(self, model: Any) -> Any:
         return model  # fully_shard changes the module in place
@@ -145,11 +148,15 @@ class FullyShardedParallel(DataParallel):
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     @contextlib.contextmanager
-    def generating(self, model: Any) -> Iterator[None]:
+    def generating(self, model: Any, backend: Any = None) -> Iterator[None]:
         """Every process gathers the parameters once (collective) and keeps them through the
-        generation, whose forwards are then local; sharded again on the way out."""
+        generation, whose forwards are then local; sharded again on the way out. The ``backend``'s
+        prefix cache is emptied: gathered parameters keep their version counters across an update, so
+        its own check cannot see that the weights changed."""
         from torch.distributed.fsdp import FSDPModule
 
+        if backend is not None and hasattr(backend, "clear_prefix_cache"):
+            backend.clear_prefix_cache()
         modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
         for m in modules:
             m.set_reshard_after_forward(False)

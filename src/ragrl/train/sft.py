@@ -78,6 +78,11 @@ class SFTTrainer(Trainer):
         """A demonstration (a trajectory, or one turn's sample of a step-wise method) renamed."""
         return self.name_swap.sample(row, rng) if isinstance(row, Sample) else self.name_swap(row, rng)
 
+    def out_of_time(self) -> bool:
+        """``train.max_seconds`` bounds the run's GRPO (or DPO) trainer, not its SFT warm start, which
+        ``train.sft.max_steps`` bounds: one config carries both."""
+        return False
+
     @property
     def total_steps(self) -> int:
         s = self.config.sft
