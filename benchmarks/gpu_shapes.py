@@ -53,6 +53,9 @@ SHAPES: dict[str, dict[str, Any]] = {
                      "num_key_value_heads": 2, "intermediate_size": 8960},
     "qwen2.5-3b": {"hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
                    "num_key_value_heads": 2, "intermediate_size": 11008},
+    # SmolLM2-135M (HuggingFaceTB/SmolLM2-135M-Instruct config.json): its own 49,152-token vocabulary
+    "smollm2-135m": {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+                     "num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49_152},
     # the CPU's toy path: the same vocabulary and code, two narrow layers
     "toy": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "intermediate_size": 128},
@@ -63,11 +66,12 @@ def build(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: Any, 
     """A randomly initialised Qwen2 causal LM of ``shape``, built on ``device``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    shape_config = {"vocab_size": VOCAB, **SHAPES[shape]}
     config = Qwen2Config(
-        vocab_size=VOCAB, tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
         max_position_embeddings=32768, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, **SHAPES[shape],
+        pad_token_id=tokenizer.pad_token_id, **shape_config,
     )  # fmt: skip
     torch.manual_seed(seed)
     with torch.device(device):

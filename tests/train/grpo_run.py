@@ -55,6 +55,15 @@ def small_method(world: Path, run_dir: Path, *extra: str):  # noqa: ANN201
     return method
 
 
+def leave() -> None:
+    """Exit as ragrl.cli does: gloo's threads abort some processes in the interpreter's teardown."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     world, out = Path(sys.argv[1]), Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
@@ -70,9 +79,4 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in weights.items()}, out)
     trainer.acc.wait_for_everyone()
-    # leave as ragrl.cli does: gloo's threads abort some processes in the interpreter's teardown
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()

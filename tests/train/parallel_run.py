@@ -7,14 +7,13 @@ writes the gathered weights to ``RUN_DIR/w.pt``."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from grpo_run import small_method  # noqa: E402
+from grpo_run import leave, small_method  # noqa: E402
 
 from ragrl.data.io import read_examples  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
@@ -62,8 +61,4 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in weights.items()}, run_dir / "w.pt")
     trainer.acc.wait_for_everyone()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()
