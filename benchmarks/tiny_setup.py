@@ -28,7 +28,7 @@ from ragrl.synth import generate_world
 from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.train.base import collapse_check
-from ragrl.train.demo import DEFAULT_COPY_STEPS
+from ragrl.train.demo import DEFAULT_COPY_STEPS, base_settings
 from ragrl.train.reader import resolve_base  # noqa: F401 - the comparisons' --base
 
 
@@ -113,40 +113,34 @@ more tokens per text on average; 18% of the demo's oracle episodes were cut at t
 none at twice the turn's (96 new tokens), the demo's ``BASE_SETTINGS``)."""
 
 
-def base_limits(config: str, overrides: Sequence[str] = ()) -> list[str]:
-    """Overrides that scale a method config's token limits by ``BPE_SCALE`` for the reader base."""
-    rollout = load_method(config, list(overrides)).rollout
-    return [
-        f"rollout.{key}={int(getattr(rollout, key) * BPE_SCALE)}"
-        for key in ("max_total_tokens", "max_new_tokens", "max_obs_tokens")
-        if getattr(rollout, key, None)
-    ]
-
-
-BASE_RECIPE = (
-    # the demo's warm start and GRPO settings on the base (train.demo.BASE_SETTINGS, DEMO_SETTINGS), the
-    # same for every arm: the measured probe with each method's own instruction prompt, its non-quoting
-    # oracle and T = 0.5, lr 2e-4 lost the base's reading (Search-R1 arm, seed 0: answerable EM 0.178
-    # after a 50-step warm start, 0.078 after 30 GRPO steps)
-    "train.sft.batch_size=32",
-    "train.sft.lr=1e-3",
-    "rollout.temperature=1.0",
-    "train.optim.lr=1e-4",
+RECIPE_KEYS = ("train.sft.batch_size", "train.sft.lr", "rollout.temperature", "train.optim.lr")
+BASE_RECIPE = tuple(  # the last setting of each key wins, as in the overrides
+    {s.split("=")[0]: s for s in base_settings() if s.split("=")[0] in RECIPE_KEYS}.values()
 )
-BASE_PROMPT = "protocol.user='Question: {question}'"
+"""The demo's warm start and GRPO settings on the base (``train.demo.base_settings``), the same for every
+arm: the measured probe with each method's own instruction prompt, its non-quoting oracle and T = 0.5,
+lr 2e-4 lost the base's reading (Search-R1 arm, seed 0: answerable EM 0.178 after a 50-step warm start,
+0.078 after 30 GRPO steps)."""
+BASE_PROMPT = next(s for s in base_settings() if s.startswith("protocol.user="))
 """The one-line prompt the reader base was trained on (a tiny policy does not read instructions)."""
 
 
 def base_overrides(config: str, overrides: Sequence[str] = ()) -> list[str]:
-    """What a method config needs to start from the reader base: the BPE's token limits, the demo's
-    recipe, and the base's one-line prompt where the method's prompt is a template of the question
-    alone."""
+    """What a method config needs to start from the reader base: its token limits scaled by
+    ``BPE_SCALE``, the demo's recipe, and the base's one-line prompt where the method's prompt is a
+    template of the question alone."""
     import string
 
-    user = getattr(load_method(config, list(overrides)).config.protocol, "user", None)
+    method = load_method(config, list(overrides))
+    limits = [
+        f"rollout.{key}={int(getattr(method.rollout, key) * BPE_SCALE)}"
+        for key in ("max_total_tokens", "max_new_tokens", "max_obs_tokens")
+        if getattr(method.rollout, key, None)
+    ]
+    user = getattr(method.config.protocol, "user", None)
     fields = {f for _, f, _, _ in string.Formatter().parse(user)} - {None} if isinstance(user, str) else set()
     prompt = [BASE_PROMPT] if fields == {"question"} else []  # R²AG's also shows {evidence}: kept
-    return [*base_limits(config, overrides), *BASE_RECIPE, *prompt]
+    return [*limits, *BASE_RECIPE, *prompt]
 
 
 def base_demonstrator(method: Any) -> Any:  # noqa: ANN401

@@ -91,10 +91,8 @@ class Trainer:
         self.step_count = 0
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", enabled=self.acc.is_main_process)
         self.evals: list[dict[str, Any]] = []
-        self.stopped_early = False
-        """``train.patience`` or ``train.max_seconds`` ran out: the run ended before ``total_steps``."""
         self.stopped: str | None = None
-        """Why it ended early: ``patience`` or ``time``."""
+        """Why the run ended before ``total_steps``: ``patience`` or ``time`` (``train.max_seconds``)."""
         self.best: dict[str, Any] | None = None
         """The best evaluation so far by ``train.best_metric`` (``{step, metric, value}``)."""
 
@@ -154,6 +152,11 @@ class Trainer:
         if self.acc.num_processes == 1:
             return bool(value)
         return self.global_sum(float(bool(value) and self.acc.is_main_process)) > 0
+
+    @property
+    def stopped_early(self) -> bool:
+        """``train.patience`` or ``train.max_seconds`` ended the run before ``total_steps``."""
+        return self.stopped is not None
 
     def out_of_patience(self) -> bool:
         """``train.patience`` evaluations in a row since the best one (every process reads the same
@@ -311,7 +314,6 @@ class Trainer:
         self.log.t0 = time.perf_counter() - float(state.get("elapsed_seconds", 0.0))
         # a run that stopped early stays stopped (a resume with a larger train.max_seconds goes on)
         self.stopped = "patience" if self.out_of_patience() else "time" if self.out_of_time() else None
-        self.stopped_early = self.stopped is not None
         if self.acc.is_main_process:
             self.log.truncate_after(self.step_count)
         self.acc.wait_for_everyone()
@@ -346,7 +348,7 @@ class Trainer:
                                 f"{self.kind}: no new best {cfg.best_metric} in {cfg.patience} evaluations; "
                                 f"stopping at step {self.step_count} (best policy: {self.run_dir / 'best'})"
                             )
-                        self.stopped_early, self.stopped = True, "patience"
+                        self.stopped = "patience"
                 last_em = f" · held-out EM {self.evals[-1]['eval/em']:.2f}" if self.evals else ""
                 line = _describe(self.kind, metrics) + last_em
                 bar.update(task, advance=1, description=line)
@@ -361,7 +363,7 @@ class Trainer:
                             f"{self.kind}: train.max_seconds ({cfg.max_seconds:g} s) reached after step "
                             f"{self.step_count} of {total}"
                         )
-                    self.stopped_early, self.stopped = True, "time"
+                    self.stopped = "time"
         finished = self.step_count >= total or self.exhausted() or self.stopped_early
         # what the main process (the one that evaluates) recorded last, decided there for every process
         last = self.evals[-1] if self.evals else {}

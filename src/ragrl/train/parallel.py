@@ -103,8 +103,8 @@ class FullyShardedParallel(DataParallel):
         device = self.acc.device
         if not torch.distributed.is_initialized():  # one process: a group of one (FSDP2 needs a group)
             backend = "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"  # gloo: offloaded shards
-            torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}",
-                                                 rank=0, world_size=1)  # fmt: skip
+            store = torch.distributed.HashStore()  # in memory: no port to find for a group of one
+            torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
         mesh = init_device_mesh(device.type, (self.acc.num_processes,))
         if reshard_after_forward is None:
             reshard_after_forward = self.config.parallel.reshard_after_forward
@@ -210,11 +210,3 @@ def make_parallel(accelerator: Any, config: TrainConfig) -> DataParallel:
     if config.parallel.mode == "fsdp":
         return FullyShardedParallel(accelerator, config)
     return DataParallel(accelerator, config)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
