@@ -1,14 +1,16 @@
-"""Per-process peak memory of the same training run under DDP and under FSDP2, on 2 CPU processes.
+"""Per-process peak memory of the same training run under DDP, FSDP2 and DeepSpeed ZeRO-2 / ZeRO-3, on
+2 CPU processes.
 
 A randomly initialised model of a paper's shape (``--shape``, from ``gpu_shapes.SHAPES``: Qwen2.5-0.5B
-by default, its 151,936-token vocabulary and tied embeddings) is written once to a work folder; then
-``torchrun --nproc_per_node 2`` runs the same SFT steps on it twice, ``train.parallel.mode=ddp`` and
-``=fsdp`` (AdamW, fp32, the quoting oracle's demonstrations of the synthetic world, ``--steps`` steps of
-``--batch`` demonstrations). Each process reports its peak resident memory (``ru_maxrss``) after the
-steps; the last line is the ratio FSDP ÷ DDP of the larger of the two processes' peaks (the bar of
+by default, its 151,936-token vocabulary and tied embeddings; ``--layers`` keeps fewer of its decoder
+layers where the whole model does not fit twice in the machine's memory under DDP) is written once to a
+work folder; then ``torchrun --nproc_per_node 2`` runs the same SFT steps on it under each of
+``--modes`` (AdamW, fp32, the quoting oracle's demonstrations of the synthetic world, ``--steps`` steps
+of ``--batch`` demonstrations). Each process reports its peak resident memory (``ru_maxrss``) after the
+steps; the last lines are the ratios to DDP of the larger of the two processes' peaks (the bar of
 docs/training.md, "Sharded training": at most 0.6).
 
-    python benchmarks/sharding_memory.py [--shape qwen2.5-0.5b] [--steps 2] [--batch 4]
+    python benchmarks/sharding_memory.py [--shape qwen2.5-0.5b] [--layers 12] [--steps 2] [--batch 4]
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+MODES = {
+    "ddp": ["train.parallel.mode=ddp"],
+    "fsdp": ["train.parallel.mode=fsdp"],
+    "zero2": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=2"],
+    "zero3": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=3"],
+}
+
+
 def child(args: argparse.Namespace) -> None:
     """One process of a run: SFT steps under ``args.mode``; prints its peak RSS as a JSON line."""
     import torch
@@ -42,7 +52,7 @@ def child(args: argparse.Namespace) -> None:
     method = load_method(
         "search_r1-tiny",
         [f"train.model.path={work / 'model'}", f"train.out={work / args.mode}",
-         f"train.parallel.mode={args.mode}", f"train.sft.batch_size={args.batch}",
+         *MODES[args.mode], f"train.sft.batch_size={args.batch}",
          f"train.sft.max_steps={args.steps}", "train.grpo.micro_batch_size=2", "train.model.dtype=float32",
          "protocol.user='Question: {question}'"],
     )  # fmt: skip
@@ -56,16 +66,18 @@ def child(args: argparse.Namespace) -> None:
         trainer.step()
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"mode": args.mode, "rank": trainer.acc.process_index, "peak_mb": round(peak),
-                      "seconds": round(seconds, 1)}), flush=True)  # fmt: skip
+    rank = trainer.acc.process_index  # a file each: two processes' lines interleave on one stdout
+    (work / f"peak-{args.mode}-{rank}.json").write_text(json.dumps(
+        {"mode": args.mode, "rank": rank, "peak_mb": round(peak), "seconds": round(seconds, 1)}))  # fmt: skip
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
     sys.stdout.flush()
     os._exit(0)
 
 
-def setup(work: Path, shape: str) -> int:
-    """The world, its index and the random model of ``shape`` (its parameter count)."""
+def setup(work: Path, shape: str, layers: int | None = None) -> int:
+    """The world, its index and the random model of ``shape``, with its first ``layers`` decoder layers
+    only when given (its parameter count)."""
     import torch
     from gpu_shapes import build
     from transformers import AutoTokenizer
@@ -80,6 +92,10 @@ def setup(work: Path, shape: str) -> int:
         BM25Retriever.build(read_corpus(work / "world" / "corpus.jsonl")[0]).save(work / "world" / "bm25")
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_BASE, local_files_only=True)
     model = build(shape, torch.device("cpu"), torch.float32, tokenizer)
+    if layers is not None:
+        model.model.layers = model.model.layers[:layers]
+        model.config.num_hidden_layers = layers
+        model.config.layer_types = model.config.layer_types[:layers]
     n = sum(p.numel() for p in model.parameters())
     if not (work / "model" / "config.json").is_file():
         model.save_pretrained(work / "model")
@@ -90,6 +106,8 @@ def setup(work: Path, shape: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="qwen2.5-0.5b")
+    ap.add_argument("--layers", type=int, default=None, help="keep the shape's first N decoder layers")
+    ap.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4, help="demonstrations per step (2 per process)")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -102,16 +120,19 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="ragrl-sharding-")
         args.workdir = Path(tmp.name)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    n = setup(args.workdir, args.shape)
-    print(f"{args.shape}: {n / 1e6:.0f}M parameters (fp32 {4 * n / 2**30:.2f} GiB), 2 processes, gloo")
+    n = setup(args.workdir, args.shape, args.layers)
+    name = args.shape if args.layers is None else f"{args.shape} with {args.layers} layers"
+    print(f"{name}: {n / 1e6:.0f}M parameters (fp32 {4 * n / 2**30:.2f} GiB), 2 processes, gloo")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONUNBUFFERED": "1"}
     peaks = {}
-    for mode in ("ddp", "fsdp"):
+    for mode in args.modes:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                    __file__, "--mode", mode, "--workdir", str(args.workdir), "--steps", str(args.steps),
                    "--batch", str(args.batch)]  # fmt: skip
+        for old in args.workdir.glob(f"peak-{mode}-*.json"):
+            old.unlink()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
-        rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        rows = [json.loads(f.read_text()) for f in sorted(args.workdir.glob(f"peak-{mode}-*.json"))]
         if done.returncode != 0 or len(rows) != 2:
             sys.exit(f"{mode} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
         for r in rows:
@@ -122,7 +143,9 @@ def main() -> None:
         peaks[mode] = max(r["peak_mb"] for r in rows)
     if tmp is not None:
         tmp.cleanup()
-    print(f"per-process peak RSS, FSDP / DDP: {peaks['fsdp'] / peaks['ddp']:.2f}")
+    for mode in args.modes:
+        if mode != "ddp" and "ddp" in peaks:
+            print(f"per-process peak RSS, {mode} / ddp: {peaks[mode] / peaks['ddp']:.2f}")
 
 
 if __name__ == "__main__":

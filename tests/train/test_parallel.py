@@ -1,5 +1,6 @@
-"""``train.parallel`` (``ragrl.train.parallel``): FSDP2 makes the same update as one process, its
-checkpoints resume exactly, its exported policy is the whole model; bad settings are refused at load."""
+"""``train.parallel`` (``ragrl.train.parallel``): FSDP2 and DeepSpeed ZeRO-2 / ZeRO-3 make the same
+update as one process, their checkpoints resume exactly (after a clean stop and after kill -9), their
+exported policy is the whole model; bad settings are refused at load."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ _spec.loader.exec_module(grpo_run)
 small_method = grpo_run.small_method
 TWO_PROCESSES = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+SHARDED = {
+    "fsdp": ["train.parallel.mode=fsdp"],
+    "zero2": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=2"],
+    "zero3": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=3"],
+}
+"""The sharded engines the two-process tests run (each against one process or a straight run)."""
+
+
+def same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    """The tolerance of the DDP test (tests/train/test_grpo.py): Adam's first step divides by |g| + eps,
+    so a weight whose gradient is near eps moves by a share of a step under another reduction order
+    (measured: FSDP and ZeRO-2/3 differ from one process by at most 1e-5, on 1e-5 of the weights)."""
+    diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
+    assert float((diff <= 1e-6).float().mean()) > 0.9999 and float(diff.max()) < 1e-4, float(diff.max())
 
 
 def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -35,10 +50,14 @@ def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
         ("train.parallel.mode=zero", "train.parallel.mode must be one of ddp, fsdp"),
         ("train.algo=cycles", "not supported by train.algo cycles"),
         ("train.model.lora.r=4", "fsdp with train.model.lora is not supported"),
+        ("deepspeed:train.model.lora.r=4", "deepspeed with train.model.lora is not supported"),
+        ("deepspeed:train.parallel.zero_stage=4", "train.parallel.zero_stage must be 1, 2 or 3, got 4"),
+        ("deepspeed:train.mixed_precision=fp16", "fp16 under train.parallel.mode deepspeed"),
     ],
 )
 def test_bad_parallel_settings_are_refused_at_load_with_the_key(world_dir, tmp_path, override, message):
-    extra = [override] if "mode=" in override else ["train.parallel.mode=fsdp", override]
+    mode, _, override = override.rpartition(":")
+    extra = [override] if "mode=" in override else [f"train.parallel.mode={mode or 'fsdp'}", override]
     with pytest.raises(RagrlError, match=message):
         small_method(world_dir, tmp_path / "run", *extra)
 
@@ -67,13 +86,14 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
         torch.distributed.destroy_process_group()
 
 
-def test_fsdp_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path):
+@pytest.mark.parametrize("engine", SHARDED)
+def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
     script = str(HERE / "grpo_run.py")
     one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
     for out in (one, two):
         out.parent.mkdir()
     subprocess.run([sys.executable, script, str(world_dir), str(one), "1"], check=True, env=ENV)
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", "train.parallel.mode=fsdp"]
+    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *SHARDED[engine]]
     subprocess.run(run, check=True, env=ENV, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     a, b = torch.load(one), torch.load(two)
@@ -81,24 +101,29 @@ def test_fsdp_on_two_processes_makes_the_same_first_update_as_one_process(world_
 
     init = load_file(world_dir / "model" / "model.safetensors")
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4  # the update moved the weights
-    # the tolerance of the DDP test (tests/train/test_grpo.py): Adam's first step divides by |g| + eps,
-    # so a weight whose gradient is near eps moves by a share of a step under another reduction order
-    diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
-    assert float((diff <= 1e-6).float().mean()) > 0.9999 and float(diff.max()) < 1e-4, float(diff.max())
+    same_update(a, b)
 
 
-def test_fsdp_on_two_processes_resumes_exactly_and_exports_the_gathered_model(world_dir, tmp_path):
+ZERO_SHARDS = ("deepspeed/state", [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)])
+CHECKPOINT_SHARDS = {
+    "fsdp": ("sharded", ["__0_0.distcp", "__1_0.distcp"]),
+    "zero2": ZERO_SHARDS,
+    "zero3": ZERO_SHARDS,
+}
+"""Where each engine's checkpoint keeps the shards every process writes."""
+
+
+@pytest.mark.parametrize("engine", SHARDED)
+def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model(world_dir, tmp_path, engine):
     script = str(HERE / "parallel_run.py")
-    fsdp = "train.parallel.mode=fsdp"
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for folder, mode in ((straight, "straight"), (resumed, "first"), (resumed, "resume")):
         # the resume: a new pair of processes starts from the sharded checkpoint of step 1
-        run = [*TWO_PROCESSES, script, str(world_dir), str(folder), mode, fsdp]
+        run = [*TWO_PROCESSES, script, str(world_dir), str(folder), mode, *SHARDED[engine]]
         subprocess.run(run, check=True, env=ENV, timeout=300)
-    checkpoint = resumed / "checkpoints" / "step-000001" / "state"
-    assert sorted(p.name for p in (checkpoint / "sharded").iterdir() if p.suffix == ".distcp") == [
-        "__0_0.distcp", "__1_0.distcp",
-    ]  # fmt: skip  # every process wrote its own shard
+    folder, shards = CHECKPOINT_SHARDS[engine]
+    checkpoint = resumed / "checkpoints" / "step-000001" / "state" / folder
+    assert set(shards) <= {p.name for p in checkpoint.iterdir()}  # every process wrote its own shard
     a, b = torch.load(straight / "w.pt"), torch.load(resumed / "w.pt")
     assert close(a, b) == 0.0  # bit for bit: weights, optimizer state, sampler and RNG streams restored
     from safetensors.torch import load_file
@@ -107,33 +132,99 @@ def test_fsdp_on_two_processes_resumes_exactly_and_exports_the_gathered_model(wo
     assert close({k: b[k] for k in exported}, exported) == 0.0
 
 
-def test_fsdp_on_two_processes_makes_the_same_sft_step_as_one_process(world_dir, tmp_path):
-    # 8 demonstrations a step in micro-batches of 2: 4 on each of two processes, accumulated
+@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_path, engine):
+    """Both processes killed (SIGKILL to the launcher's process group) during step 2 of 3, right after
+    the checkpoint of step 1 is complete; a new pair resumes from it and ends where a straight run does."""
+    import signal
+    import time
+
+    script = str(HERE / "parallel_run.py")
+    extra = ["train.steps=3", "train.save_every=1", *SHARDED[engine]]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run([*TWO_PROCESSES, script, str(world_dir), str(straight), "straight", *extra], check=True,
+                   env=ENV, timeout=300)  # fmt: skip
+    run = subprocess.Popen(
+        [*TWO_PROCESSES, script, str(world_dir), str(killed), "straight", *extra],
+        env=ENV, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    first = killed / "checkpoints" / "step-000001"
+    deadline = time.monotonic() + 300
+    while not first.is_dir() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    assert first.is_dir() and not (killed / "checkpoints" / "step-000003").exists()  # killed mid-run
+    assert not (killed / "w.pt").exists()
+    resume = [*TWO_PROCESSES, script, str(world_dir), str(killed), "resume", *extra]
+    subprocess.run(resume, check=True, env=ENV, timeout=300)
+    assert close(torch.load(straight / "w.pt"), torch.load(killed / "w.pt")) == 0.0
+
+
+@pytest.mark.parametrize("engine", SHARDED)
+@pytest.mark.parametrize("algo", ["sft", "dpo"])
+def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process(
+    world_dir, tmp_path, algo, engine
+):
+    # 8 demonstrations (SFT) or 8 pairs (DPO, with its reference) a step in micro-batches of 2: 4 on each
+    # of two processes, accumulated
     script = str(HERE / "parallel_run.py")
     one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, script, str(world_dir), str(one), "sft"], check=True, env=ENV)
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "sft", "train.parallel.mode=fsdp"]
+    subprocess.run([sys.executable, script, str(world_dir), str(one), algo], check=True, env=ENV)
+    run = [*TWO_PROCESSES, script, str(world_dir), str(two), algo, *SHARDED[engine]]
     subprocess.run(run, check=True, env=ENV, timeout=300)
     a, b = torch.load(one / "w.pt"), torch.load(two / "w.pt")
     from safetensors.torch import load_file
 
     init = load_file(world_dir / "model" / "model.safetensors")
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4
-    diff = torch.cat([(a[k] - b[k]).abs().flatten() for k in a])
-    assert float((diff <= 1e-6).float().mean()) > 0.9999 and float(diff.max()) < 1e-4, float(diff.max())
+    same_update(a, b)
 
 
-def test_fsdp_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_micro_batches(
-    world_dir, tmp_path
+@pytest.mark.parametrize("engine", SHARDED)
+def test_sharded_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_micro_batches(
+    world_dir, tmp_path, engine
 ):
     # the main process evaluates alone between gathered weights; the reference and recompute passes
     # and the update run in lockstep although the filter leaves each process its own number of samples
     import json
 
     script = str(HERE / "parallel_run.py")
-    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "evaluated", "train.parallel.mode=fsdp"]
+    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "evaluated", *SHARDED[engine]]
     subprocess.run(run, check=True, env=ENV, timeout=300)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["phase"] for r in records if r["kind"] == "eval"] == ["before", "train", "after"]
     assert (tmp_path / "best" / "best.json").is_file() and (tmp_path / "best" / "model.safetensors").is_file()
     assert all("kl" in r for r in records if r["kind"] == "train")
+
+
+@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(world_dir, tmp_path, engine):
+    # ZeRO clips inside its own step: the norm is read after it, and ZeRO has skipped the update
+    script = str(HERE / "parallel_run.py")
+    run = [
+        *TWO_PROCESSES,
+        script,
+        str(world_dir),
+        str(tmp_path),
+        "nan",
+        "train.save_every=1",
+        *SHARDED[engine],
+    ]
+    subprocess.run(run, check=True, env=ENV, timeout=300)
+    message = (tmp_path / "diverged.txt").read_text()
+    assert message.startswith("step 2: the gradient norm is ") and "step-000001" in message
+    from safetensors.torch import load_file
+
+    good = load_file(tmp_path / "checkpoints" / "step-000001" / "policy" / "model.safetensors")
+    after = torch.load(tmp_path / "w.pt")
+    assert close({k: after[k] for k in good}, good) == 0.0  # the bad update was not applied
+
+
+def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path):
+    script = str(HERE / "grpo_run.py")
+    one, ds = tmp_path / "one" / "w.pt", tmp_path / "ds" / "w.pt"
+    for out, extra in ((one, []), (ds, SHARDED["zero2"])):
+        out.parent.mkdir()
+        subprocess.run([sys.executable, script, str(world_dir), str(out), "1", *extra], check=True, env=ENV)
+    assert close(torch.load(one), torch.load(ds)) == 0.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -162,13 +163,13 @@ def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 
 def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
-    """The causal LM inside a DistributedDataParallel and/or PEFT wrapper (whose forwards pass keyword
-    arguments through to it)."""
-    inner = (
-        getattr(model, "module", model)
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel)
-        else model
+    """The causal LM inside a DistributedDataParallel or DeepSpeed engine and/or PEFT wrapper (whose
+    forwards pass keyword arguments through to it)."""
+    deepspeed = sys.modules.get("deepspeed")  # an engine exists only where deepspeed was imported
+    wrappers = (torch.nn.parallel.DistributedDataParallel,) + (
+        (deepspeed.DeepSpeedEngine,) if deepspeed else ()
     )
+    inner = getattr(model, "module", model) if isinstance(model, wrappers) else model
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 

@@ -8,6 +8,7 @@ config into the run folder.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ class ModelConfig:
     """Prompts decoded together by the rollout backend."""
 
 
-PARALLEL_MODES = ("ddp", "fsdp")
+PARALLEL_MODES = ("ddp", "fsdp", "deepspeed")
 
 
 @dataclass
@@ -53,13 +54,18 @@ class ParallelConfig:
     mode: str = "ddp"
     """``ddp``: every process holds the whole model and optimizer (accelerate; nothing to share on
     one process). ``fsdp``: PyTorch FSDP2 (``fully_shard`` on each decoder layer, then the model):
-    parameters, gradients and optimizer state sharded over the processes."""
+    parameters, gradients and optimizer state sharded over the processes. ``deepspeed``: DeepSpeed
+    ZeRO at ``zero_stage`` (``pip install deepspeed``)."""
+    zero_stage: int = 3
+    """DeepSpeed: 1 shards the optimizer state, 2 also the gradients, 3 also the parameters (and the
+    KL reference)."""
     reshard_after_forward: bool = True
     """FSDP: free the gathered parameters after each forward (ZeRO-3); False keeps them until the
     backward (ZeRO-2-like: more memory, one all-gather less per micro-batch)."""
     offload: bool = False
     """FSDP: keep the sharded parameters, gradients and optimizer state in CPU memory (a GPU's memory
-    for activations only; the optimizer steps on the CPU)."""
+    for activations only; the optimizer steps on the CPU). DeepSpeed: the optimizer state (ZeRO-1/2),
+    and the parameters too (ZeRO-3), in CPU memory."""
 
 
 @dataclass
@@ -423,19 +429,28 @@ class TrainConfig:
             raise RagrlError(
                 f"train.parallel.mode must be one of {', '.join(PARALLEL_MODES)}, got {self.parallel.mode!r}"
             )
+        if self.parallel.zero_stage not in (1, 2, 3):
+            raise RagrlError(f"train.parallel.zero_stage must be 1, 2 or 3, got {self.parallel.zero_stage}")
+        if self.parallel.mode == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+            raise RagrlError(
+                "train.parallel.mode: deepspeed is not installed (pip install deepspeed, or the "
+                "`deepspeed` extra: pip install 'ragrl[deepspeed]')"
+            )
         if self.parallel.mode != "ddp" and self.algo == "cycles":
             raise RagrlError(
-                f"train.parallel.mode: {self.parallel.mode} is not supported by train.algo cycles yet (its "
-                "DPO and reward model hold whole copies); use ddp"
+                f"train.parallel.mode: {self.parallel.mode} is not supported by train.algo cycles yet (the "
+                "cycles run on one process: their rollouts and pairs are not split; its reward model is a "
+                "whole copy); use ddp"
             )
-        if self.parallel.mode == "fsdp" and self.mixed_precision == "fp16":
+        if self.parallel.mode != "ddp" and self.mixed_precision == "fp16":
             raise RagrlError(
-                "train.mixed_precision: fp16 under train.parallel.mode fsdp has no loss scaling; use bf16"
+                f"train.mixed_precision: fp16 under train.parallel.mode {self.parallel.mode} has no loss "
+                "scaling in ragrl; use bf16"
             )
-        if self.parallel.mode == "fsdp" and self.model.lora is not None:
+        if self.parallel.mode != "ddp" and self.model.lora is not None:
             raise RagrlError(
-                "train.parallel.mode: fsdp with train.model.lora is not supported yet (LoRA trains a few "
-                "adapters: ddp holds them on every process)"
+                f"train.parallel.mode: {self.parallel.mode} with train.model.lora is not supported yet (LoRA "
+                "trains a few adapters: ddp holds them on every process)"
             )
         if not self.max_seconds >= 0:  # NaN included
             raise RagrlError(f"train.max_seconds must be >= 0 (0: no time budget), got {self.max_seconds}")

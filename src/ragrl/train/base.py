@@ -194,11 +194,8 @@ class Trainer:
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
         return float(t.item())
 
-    def clip_and_check(self) -> float:
-        """Clip the gradient norm; the watchdog stops the run on a NaN/inf norm before the update."""
-        max_norm = self.config.optim.max_grad_norm
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        norm = self.parallel.clip_grad_norm(params, max_norm if max_norm else float("inf"))
+    def check_norm(self, norm: float) -> None:
+        """The watchdog: a NaN/inf gradient norm stops the run before the update is applied."""
         if self.config.stop_on_nonfinite and not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             found = list_checkpoints(self.run_dir)
@@ -208,11 +205,14 @@ class Trainer:
                 f"update was not applied and training stopped; {last}. Lower train.optim.lr, check the "
                 "reward for NaN/inf values, or set train.optim.max_grad_norm."
             )
-        return norm
 
     def optimizer_step(self) -> float:
-        norm = self.clip_and_check()
-        self.optimizer.step()
+        """Clip, check (``check_norm``) and update through ``train.parallel``; then the schedule."""
+        max_norm = self.config.optim.max_grad_norm
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norm = self.parallel.step(
+            self.optimizer, params, max_norm if max_norm else float("inf"), self.check_norm
+        )
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm

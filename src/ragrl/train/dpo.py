@@ -27,6 +27,7 @@ import copy
 import math
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +53,14 @@ class DPOTrainer(Trainer):
     def __init__(
         self, method: Method, config: TrainConfig, pairs: Sequence[PreferencePair], **kwargs: Any
     ) -> None:
-        if config.parallel.mode != "ddp":  # before any model is loaded
-            raise RagrlError(
-                f"train.parallel.mode: {config.parallel.mode} is not supported by DPO and the preference "
-                "cycles yet (GRPO and SFT only); use ddp"
-            )
         super().__init__(method, config, **kwargs)
         if not pairs:
             raise RagrlError("DPO: no preference pairs to train on")
         self.pairs = list(pairs)
         self._setup_reference()
         self._prepare(len(self.pairs), self.total_steps, lr=config.dpo.lr)
+        if self.ref_model is not None:  # placed as the policy is (sharded too under FSDP and ZeRO-3)
+            self.ref_model = self.parallel.prepare_frozen(self.ref_model)
 
     def _setup_reference(self) -> None:
         """The batch-size check and the reference: a frozen copy of the starting policy, or none (under
@@ -98,50 +96,12 @@ class DPOTrainer(Trainer):
         """Steps 2-4 on this process's ``pairs`` of a global batch of ``global_batch`` pairs, in
         micro-batches of ``train.dpo.micro_batch_size`` pairs (gradient accumulation), then one optimizer
         update; the batch means of the loss, the implicit rewards and the log-probs."""
-        d = self.config.dpo
-        size = d.micro_batch_size or len(pairs)
+        size = self.config.dpo.micro_batch_size or len(pairs)
         parts = []
-        for i in range(0, len(pairs), size):
-            micro = pairs[i : i + size]
-            rows = [p.chosen for p in micro] + [p.rejected for p in micro]
-            batch = sequence_batch(rows, self.pad_id, self.acc.device)
-
-            # 2. summed log-probs of every response under the policy: chosen rows first, then rejected
-            chosen, rejected = self._summed_logprobs(self.model, batch).split(len(micro))
-
-            # 3. the same under the reference, without gradients
-            ref_chosen = ref_rejected = None
-            if not d.reference_free:
-                with torch.no_grad():
-                    ref_chosen, ref_rejected = self._reference_logprobs(batch).split(len(micro))
-
-            # 4. the preference loss, a sum over the micro-batch / the global batch (× N to undo DDP's
-            # gradient average); the gradients of the micro-batches add up to the batch mean's
-            losses, chosen_rewards, rejected_rewards = dpo_loss(
-                chosen,
-                rejected,
-                ref_chosen,
-                ref_rejected,
-                beta=d.beta,
-                loss_type=d.loss_type,
-                label_smoothing=d.label_smoothing,
-                reference_free=d.reference_free,
-            )
-            self.parallel.backward(losses.sum() / global_batch * self.acc.num_processes)
-            margins = chosen_rewards - rejected_rewards
-            parts.append(
-                torch.stack(
-                    [
-                        losses.detach().sum(),
-                        chosen_rewards.sum(),
-                        rejected_rewards.sum(),
-                        (margins > 0).float().sum(),
-                        margins.sum(),
-                        chosen.detach().sum(),
-                        rejected.detach().sum(),
-                    ]
-                )
-            )
+        starts = range(0, len(pairs), size)  # the same count on every process (equal shares of pairs)
+        for i in starts:
+            with nullcontext() if i == starts[-1] else self.parallel.no_sync(self.model):
+                parts.append(self._micro_batch(pairs[i : i + size], global_batch))
         grad_norm = self.optimizer_step()
 
         local = torch.stack(parts).sum(0) / len(pairs)
@@ -159,6 +119,47 @@ class DPOTrainer(Trainer):
             "grad_norm": grad_norm,
             "lr": self.scheduler.get_last_lr()[0],
         }
+
+    def _micro_batch(self, micro: Sequence[PreferencePair], global_batch: int) -> torch.Tensor:
+        """Steps 2-4 on one micro-batch, its backward included; its sums of the logged values."""
+        d = self.config.dpo
+        rows = [p.chosen for p in micro] + [p.rejected for p in micro]
+        batch = sequence_batch(rows, self.pad_id, self.acc.device)
+
+        # 2. summed log-probs of every response under the policy: chosen rows first, then rejected
+        chosen, rejected = self._summed_logprobs(self.model, batch).split(len(micro))
+
+        # 3. the same under the reference, without gradients
+        ref_chosen = ref_rejected = None
+        if not d.reference_free:
+            with torch.no_grad():
+                ref_chosen, ref_rejected = self._reference_logprobs(batch).split(len(micro))
+
+        # 4. the preference loss, a sum over the micro-batch / the global batch (× N to undo DDP's
+        # gradient average); the gradients of the micro-batches add up to the batch mean's
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            chosen,
+            rejected,
+            ref_chosen,
+            ref_rejected,
+            beta=d.beta,
+            loss_type=d.loss_type,
+            label_smoothing=d.label_smoothing,
+            reference_free=d.reference_free,
+        )
+        self.parallel.backward(losses.sum() / global_batch * self.acc.num_processes)
+        margins = chosen_rewards - rejected_rewards
+        return torch.stack(
+            [
+                losses.detach().sum(),
+                chosen_rewards.sum(),
+                rejected_rewards.sum(),
+                (margins > 0).float().sum(),
+                margins.sum(),
+                chosen.detach().sum(),
+                rejected.detach().sum(),
+            ]
+        )
 
     def _summed_logprobs(self, model: Any, b: SequenceBatch) -> torch.Tensor:
         """Each response's log-prob: the sum over its tokens, or for IPO the mean (TRL normalises IPO's

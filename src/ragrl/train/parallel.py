@@ -11,9 +11,15 @@
   folders of the sharded model and optimizer (every process writes its own shard), beside accelerate's
   state of the schedule, the sampler and the RNG streams; the exported policy is the gathered full
   state dict, written once.
+* ``deepspeed`` (``DeepSpeedParallel``): DeepSpeed ZeRO (``train.parallel.zero_stage`` 1, 2 or 3),
+  initialised directly over the torch optimizer ragrl builds (accelerate's DeepSpeed integration does
+  not run on CPU processes). The step's micro-batches accumulate between gradient-accumulation
+  boundaries that ragrl sets; ZeRO clips (``gradient_clipping`` = ``train.optim.max_grad_norm``) and
+  skips an update whose gradient norm is not finite. Checkpoints are DeepSpeed's own folders (every
+  process writes its optimizer partition); the exported policy is the consolidated state dict.
 
 What a trainer calls: ``prepare`` (the model and the optimizer built over its parameters: after
-sharding, under FSDP), ``backward``, ``no_sync``, ``clip_grad_norm``, ``generating`` (around a
+sharding, under FSDP), ``backward``, ``no_sync``, ``step`` (clip, check, update), ``generating`` (around a
 rollout or an evaluation: FSDP gathers the parameters once for the whole generation, so one process may
 generate alone), ``save_state`` / ``load_state`` and ``export``. ``lockstep`` says whether every
 process must run the same number of forward passes (FSDP's are collective): the GRPO update pads a
@@ -23,6 +29,8 @@ process's micro-batches with zero-loss passes then.
 from __future__ import annotations
 
 import contextlib
+import io
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +45,7 @@ class DataParallel:
     """``ddp``: accelerate's wrapping (DDP on several processes, the bare model on one)."""
 
     lockstep = False
+    sharded = False
 
     def __init__(self, accelerator: Any, config: TrainConfig) -> None:
         self.acc = accelerator
@@ -61,6 +70,16 @@ class DataParallel:
     def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> float:
         return float(self.acc.clip_grad_norm_(params, max_norm))
 
+    def step(
+        self, optimizer: Any, params: list[torch.Tensor], max_norm: float, check: Callable[[float], None]
+    ) -> float:
+        """Clip the gradients to ``max_norm``, ``check(norm)`` (it raises to stop the run before the
+        update), then update; returns the norm before clipping."""
+        norm = self.clip_grad_norm(params, max_norm)
+        check(norm)
+        optimizer.step()
+        return norm
+
     @contextlib.contextmanager
     def generating(self, model: Any, backend: Any = None) -> Iterator[None]:
         with self.acc.autocast():  # bf16 compute over fp32 weights under train.mixed_precision (GPU)
@@ -77,17 +96,20 @@ class DataParallel:
         return self.unwrap(model).state_dict()
 
     def export(self, model: Any, tokenizer: Any, out: Path) -> None:
-        """The policy as ``save_pretrained`` writes it, on the main process (call it on every process)."""
+        """The policy as ``save_pretrained`` writes it, on the main process (call it on every process:
+        a sharded model's weights are gathered first)."""
         from ragrl.train.state import export_policy
 
+        state = self.full_state_dict(model) if self.sharded else None
         if self.acc.is_main_process:
-            export_policy(self.unwrap(model), tokenizer, out)
+            export_policy(self.unwrap(model), tokenizer, out, state_dict=state)
 
 
 class FullyShardedParallel(DataParallel):
     """``fsdp``: PyTorch FSDP2 over all the processes (see the module docstring)."""
 
     lockstep = True
+    sharded = True
 
     def _shard(self, model: Any, reshard_after_forward: bool | None = None) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
@@ -101,10 +123,7 @@ class FullyShardedParallel(DataParallel):
                 f"{type(model).__name__} names none (_no_split_modules); use ddp"
             )
         device = self.acc.device
-        if not torch.distributed.is_initialized():  # one process: a group of one (FSDP2 needs a group)
-            backend = "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"  # gloo: offloaded shards
-            store = torch.distributed.HashStore()  # in memory: no port to find for a group of one
-            torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
+        group_of_one(device)
         mesh = init_device_mesh(device.type, (self.acc.num_processes,))
         if reshard_after_forward is None:
             reshard_after_forward = self.config.parallel.reshard_after_forward
@@ -197,16 +216,161 @@ class FullyShardedParallel(DataParallel):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)  # collective: every process gathers
 
-    def export(self, model: Any, tokenizer: Any, out: Path) -> None:
-        from ragrl.train.state import export_policy
 
-        state = self.full_state_dict(model)
-        if self.acc.is_main_process:
-            export_policy(model, tokenizer, out, state_dict=state)
+class DeepSpeedParallel(DataParallel):
+    """``deepspeed``: DeepSpeed ZeRO over all the processes (see the module docstring)."""
+
+    lockstep = True  # ZeRO-2 reduces and ZeRO-3 gathers inside every backward / forward
+    sharded = True
+
+    def _ds_config(self, train: bool) -> dict[str, Any]:
+        """DeepSpeed's JSON config from ``train.parallel``, ``train.optim`` and ``train.mixed_precision``:
+        one micro-batch per process per ``engine.step`` as DeepSpeed counts (ragrl sets the
+        accumulation boundary itself), clipping at ``train.optim.max_grad_norm``."""
+        p = self.config.parallel
+        zero: dict[str, Any] = {"stage": p.zero_stage if train else 3 if p.zero_stage == 3 else 0}
+        if p.offload and train:
+            zero["offload_optimizer"] = {"device": "cpu"}
+            if p.zero_stage == 3:
+                zero["offload_param"] = {"device": "cpu"}
+        bf16 = self.config.mixed_precision == "bf16" and self.acc.device.type == "cuda"
+        return {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": float(self.config.optim.max_grad_norm or 0.0),
+            "zero_optimization": zero,
+            "zero_allow_untested_optimizer": True,  # ragrl's torch AdamW (train.optim)
+            "zero_force_ds_cpu_optimizer": False,  # the same optimizer when its state is offloaded
+            "bf16": {"enabled": bf16},
+            "steps_per_print": 2**31 - 1,  # ragrl logs the steps
+            "wall_clock_breakdown": False,
+        }
+
+    def _initialize(self, model: Any, optimizer: Any, train: bool) -> Any:
+        import logging
+        import os
+
+        if self.acc.device.type == "cpu":  # else DeepSpeed guesses the CPU with a warning on every rank
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        os.environ.setdefault("LOCAL_RANK", str(self.acc.local_process_index))  # set by torchrun
+        import deepspeed
+
+        group_of_one(self.acc.device)
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)  # its per-rank INFO lines
+        with contextlib.redirect_stdout(io.StringIO()):  # a bare print per rank when its CPU op loads
+            deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+        # DeepSpeed's collectives call torch names deprecated since 2.10, with a warning per call site
+        deprecated = ".*(all_gather_into_tensor|reduce_scatter_tensor).* is deprecated"
+        warnings.filterwarnings("ignore", message=deprecated, category=FutureWarning)
+        engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self._ds_config(train))
+        return engine
+
+    def prepare(self, model: Any, make_optimizer: Callable[[Any], Any]) -> tuple[Any, Any]:
+        optimizer = make_optimizer(model)  # the schedule steps this optimizer's learning rate
+        self.engine = self._initialize(model, optimizer, train=True)
+        return self.engine, self.engine.optimizer
+
+    def prepare_frozen(self, model: Any) -> Any:
+        """ZeRO-3: the reference sharded as the policy is (an engine without optimizer); else a whole
+        copy on every process (ZeRO-1/2 shard only what a frozen model does not have)."""
+        if self.config.parallel.zero_stage != 3:  # in the policy's compute dtype (bf16 on a GPU)
+            return model.to(torch.bfloat16) if self._ds_config(False)["bf16"]["enabled"] else model
+        return self._initialize(model, None, train=False)
+
+    def unwrap(self, model: Any) -> Any:
+        return getattr(model, "module", model)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss)
+
+    @contextlib.contextmanager
+    def no_sync(self, model: Any) -> Iterator[None]:
+        self.engine.set_gradient_accumulation_boundary(False)  # accumulate; the last micro-batch ends it
+        try:
+            yield
+        finally:
+            self.engine.set_gradient_accumulation_boundary(True)
+
+    def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> float:
+        raise RagrlError("train.parallel.mode: deepspeed clips inside its step (gradient_clipping)")
+
+    def step(
+        self, optimizer: Any, params: list[torch.Tensor], max_norm: float, check: Callable[[float], None]
+    ) -> float:
+        """ZeRO computes the norm, clips and updates, and skips the update when the norm is not finite;
+        ``check`` then sees the norm (the update it would stop was not applied)."""
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        norm = float("nan") if norm is None or norm < 0 else float(norm)  # -1: DeepSpeed's inf/NaN
+        check(norm)
+        return norm
+
+    @contextlib.contextmanager
+    def generating(self, model: Any, backend: Any = None) -> Iterator[None]:
+        """ZeRO-3: every process gathers the whole model once (collective) and takes the engine's hooks
+        off, so that its forwards are local and one process may generate alone or longer than another;
+        the hooks go back on and the parameters are partitioned again on the way out. The prefix cache
+        is emptied as under FSDP. (DeepSpeed's own ``unwrap_model_for_generation`` leaves the root's
+        start-of-forward hook on, whose step reset is collective: one process generating alone hangs.)"""
+        if self.config.parallel.zero_stage != 3:
+            with super().generating(model, backend):
+                yield
+            return
+        import deepspeed
+
+        if backend is not None and hasattr(backend, "clear_prefix_cache"):
+            backend.clear_prefix_cache()
+        offload = self.engine.optimizer.parameter_offload
+        with deepspeed.zero.GatheredParameters(list(self.engine.module.parameters())):
+            offload._remove_module_hooks()  # the layers' gather/release hooks and the root's reset
+            offload.forward_hooks, offload.backward_hooks = [], []
+            try:
+                yield
+            finally:
+                reset = offload.get_param_coordinator
+                offload.fwd_pre_hook = offload.module.register_forward_pre_hook(
+                    lambda *_: reset().reset_step()
+                )
+                offload._register_deepspeed_module(offload.module)
+
+    def save_state(self, folder: Path, model: Any, optimizer: Any) -> None:
+        self.acc.save_state(str(folder), safe_serialization=True)  # schedule, sampler, RNG streams
+        self.engine.save_checkpoint(str(folder / "deepspeed"), tag="state", save_latest=False)
+
+    def load_state(self, folder: Path, model: Any, optimizer: Any) -> None:
+        if not (folder / "deepspeed").is_dir():
+            raise RagrlError(
+                f"{folder}: not a DeepSpeed checkpoint (no deepspeed/ folder); resume it with the "
+                "train.parallel.mode it was written with"
+            )
+        self.acc.load_state(str(folder))
+        loaded, _ = self.engine.load_checkpoint(
+            str(folder / "deepspeed"), tag="state", load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        if loaded is None:
+            raise RagrlError(f"{folder / 'deepspeed'}: DeepSpeed found no checkpoint to load")
+
+    def full_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
+        """ZeRO-3: gathered layer by layer, on the main process only (an empty dict elsewhere)."""
+        if self.config.parallel.zero_stage == 3:
+            state = self.engine._zero3_consolidated_16bit_state_dict()  # accelerate's way (collective)
+            return dict(state or {})
+        return self.unwrap(model).state_dict()
+
+
+def group_of_one(device: torch.device) -> None:
+    """A process group of one when none was started (FSDP2 and DeepSpeed need one)."""
+    if torch.distributed.is_initialized():
+        return
+    backend = "cuda:nccl,cpu:gloo" if device.type == "cuda" else "gloo"  # gloo: offloaded shards
+    store = torch.distributed.HashStore()  # in memory: no port to find for a group of one
+    torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
 
 
 def make_parallel(accelerator: Any, config: TrainConfig) -> DataParallel:
     """The engine of ``train.parallel.mode``."""
     if config.parallel.mode == "fsdp":
         return FullyShardedParallel(accelerator, config)
+    if config.parallel.mode == "deepspeed":
+        return DeepSpeedParallel(accelerator, config)
     return DataParallel(accelerator, config)
