@@ -62,11 +62,14 @@ SHAPES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def build(shape: str, device: torch.device, dtype: torch.dtype, tokenizer: Any, seed: int = 0) -> Any:
-    """A randomly initialised Qwen2 causal LM of ``shape``, built on ``device``."""
+def build(
+    shape: str, device: torch.device, dtype: torch.dtype, tokenizer: Any, seed: int = 0, vocab: int = VOCAB
+) -> Any:
+    """A randomly initialised Qwen2 causal LM of ``shape`` (with a ``vocab``-token embedding), built on
+    ``device``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    shape_config = {"vocab_size": VOCAB, **SHAPES[shape]}
+    shape_config = {"vocab_size": vocab, **SHAPES[shape]}
     config = Qwen2Config(
         tie_word_embeddings=True, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
         max_position_embeddings=32768, bos_token_id=tokenizer.bos_token_id,

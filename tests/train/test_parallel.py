@@ -49,8 +49,6 @@ def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     [
         ("train.parallel.mode=zero", "train.parallel.mode must be one of ddp, fsdp"),
         ("train.algo=cycles", "not supported by train.algo cycles"),
-        ("train.model.lora.r=4", "fsdp with train.model.lora is not supported"),
-        ("deepspeed:train.model.lora.r=4", "deepspeed with train.model.lora is not supported"),
         ("deepspeed:train.parallel.zero_stage=4", "train.parallel.zero_stage must be 1, 2 or 3, got 4"),
         ("deepspeed:train.mixed_precision=fp16", "fp16 under train.parallel.mode deepspeed"),
     ],
@@ -228,3 +226,33 @@ def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path):
         out.parent.mkdir()
         subprocess.run([sys.executable, script, str(world_dir), str(out), "1", *extra], check=True, env=ENV)
     assert close(torch.load(one), torch.load(ds)) == 0.0
+
+
+@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and_exports_the_adapters(
+    world_dir, tmp_path, engine
+):
+    # LoRA's dropout draws from each process's RNG stream: off, so one process is the reference
+    lora = [
+        "train.model.lora.r=4",
+        "train.model.lora.dropout=0.0",
+        "train.model.lora.target_modules=[q_proj,v_proj]",
+        "train.grpo.kl_coef=0.01",  # a KL reference: under LoRA the base with the adapters off
+    ]
+    grpo, parallel = str(HERE / "grpo_run.py"), str(HERE / "parallel_run.py")
+    one = tmp_path / "one" / "w.pt"
+    one.parent.mkdir()
+    subprocess.run([sys.executable, grpo, str(world_dir), str(one), "2", *lora], check=True, env=ENV)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    for folder, mode in ((straight, "straight"), (resumed, "first"), (resumed, "resume")):
+        run = [*TWO_PROCESSES, parallel, str(world_dir), str(folder), mode, *lora, *SHARDED[engine]]
+        subprocess.run(run, check=True, env=ENV, timeout=300)
+    a, b, c = torch.load(one), torch.load(straight / "w.pt"), torch.load(resumed / "w.pt")
+    assert any("lora_A" in k for k in a)
+    same_update(a, b)  # two steps (the KL reference is the base with the adapters off)
+    assert close(b, c) == 0.0
+    from safetensors.torch import load_file
+
+    adapters = load_file(resumed / "policy" / "adapter_model.safetensors")  # saved as adapters
+    assert len(adapters) == 8
+    assert close(adapters, {k.replace(".default", ""): v for k, v in c.items() if "lora_" in k}) == 0.0

@@ -447,11 +447,6 @@ class TrainConfig:
                 f"train.mixed_precision: fp16 under train.parallel.mode {self.parallel.mode} has no loss "
                 "scaling in ragrl; use bf16"
             )
-        if self.parallel.mode != "ddp" and self.model.lora is not None:
-            raise RagrlError(
-                f"train.parallel.mode: {self.parallel.mode} with train.model.lora is not supported yet (LoRA "
-                "trains a few adapters: ddp holds them on every process)"
-            )
         if not self.max_seconds >= 0:  # NaN included
             raise RagrlError(f"train.max_seconds must be >= 0 (0: no time budget), got {self.max_seconds}")
         if self.best_metric and not (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import sys
 import time
@@ -39,8 +40,11 @@ def make_accelerator(config: TrainConfig) -> Any:
     from accelerate import Accelerator
 
     mp = config.mixed_precision
-    if mp != "no" and not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         mp = "no"  # the CPU path stays fp32
+        # accelerate imports DeepSpeed where it is installed (unwrap_model), and DeepSpeed then warns
+        # that it guessed the CPU; tell it instead
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     return Accelerator(mixed_precision=mp)
 
 
