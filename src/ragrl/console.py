@@ -25,9 +25,9 @@ def styled(label: str, style: str, message: str) -> Text:
 
 def quiet_libraries() -> None:
     """Keep library noise out of the user's terminal: transformers' and huggingface_hub's progress bars
-    (weight loading, "Writing model shards") and their info/warning logs, and accelerate's
-    "Removed shared tensor" notes on checkpoints of tied-embedding models. Errors still show. Call it
-    again after transformers is imported to switch its progress bars off too."""
+    (weight loading, "Writing model shards") and their info/warning logs, DeepSpeed's warnings, and
+    accelerate's "Removed shared tensor" notes on checkpoints of tied-embedding models. Errors still
+    show. Call it again after transformers is imported to switch its progress bars off too."""
     import logging
     import os
     import sys
@@ -36,6 +36,14 @@ def quiet_libraries() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is imported
     for name in ("accelerate", "transformers", "huggingface_hub", "sentence_transformers"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # DeepSpeed (where installed, accelerate imports it to unwrap a model) sets its logger's level when
+    # imported, so a filter: its warnings ("Setting accelerator to CPU" on every CPU run) stay out
+    deepspeed = logging.getLogger("DeepSpeed")
+    if not any(getattr(f, "ragrl", False) for f in deepspeed.filters):
+        errors_only = logging.Filter()
+        errors_only.filter = lambda record: record.levelno >= logging.ERROR  # type: ignore[method-assign]
+        errors_only.ragrl = True  # type: ignore[attr-defined]
+        deepspeed.addFilter(errors_only)
     if "transformers" in sys.modules:  # never import it here: every command would start seconds slower
         transformers = sys.modules["transformers"]
         transformers.utils.logging.set_verbosity_error()

@@ -71,11 +71,14 @@ if __name__ == "__main__":
     if os.environ.get("GRPO_RUN_REWARD") == "em":  # EM alone: most groups of an untrained policy are all 0
         method.reward = build_reward([{"name": "em", "weight": 1.0}])
     trainer = GRPOTrainer(method, method.train, eval_examples=[])
-    refills = [trainer.step()["refill_rounds"] for _ in range(steps)]
-    # every process: where its prompt sampler stands (they must agree) and the refill rounds it played
-    record = {"sampler": [trainer.sampler.epoch, trainer.sampler.position], "refill_rounds": refills}
+    results = [trainer.step() for _ in range(steps)]
+    # every process: where its prompt sampler stands (they must agree), the refill rounds it played and
+    # the gradient norms before clipping (a wrong gradient scale moves Adam's first step little)
+    record = {"sampler": [trainer.sampler.epoch, trainer.sampler.position],
+              "refill_rounds": [r["refill_rounds"] for r in results],
+              "grad_norm": [r["grad_norm"] for r in results]}  # fmt: skip
     (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(record))
-    weights = trainer.parallel.full_state_dict(trainer.model)  # every process (FSDP gathers)
+    weights = trainer.parallel.full_state_dict(trainer.model)  # every process: a gather when sharded
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in weights.items()}, out)
     trainer.acc.wait_for_everyone()

@@ -74,7 +74,8 @@ if __name__ == "__main__":
         method = small_method(world, run_dir, "train.steps=2", *sys.argv[4:])
         trainer = GRPOTrainer(method, method.train, eval_examples=[])
     if mode in ("sft", "dpo"):
-        trainer.step()
+        norm = trainer.step()["grad_norm"]  # before clipping: a wrong gradient scale shows here
+        (run_dir / f"grad_norm-{trainer.acc.process_index}.json").write_text(json.dumps(norm))
     elif mode in ("straight", "evaluated"):
         trainer.train()
     elif mode == "first":

@@ -5,6 +5,7 @@ exported policy is the whole model; bad settings are refused at load."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,8 @@ SHARDED = {
     "zero3": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=3"],
 }
 """The sharded engines the two-process tests run (each against one process or a straight run)."""
+ZERO1 = {"zero1": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=1"]}
+"""ZeRO-1 (reduces at the accumulation boundary only): the first-update test."""
 
 
 def same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -41,7 +44,7 @@ def same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
 
 def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
-    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    return max((float((a[k].float() - b[k].float()).abs().max()) for k in a), default=0.0)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +79,8 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
         trainer.train()
         runs[mode] = trainer.parallel.full_state_dict(trainer.model)
     assert close(runs["ddp"], runs["fsdp"]) < 1e-5
+    with pytest.raises(RagrlError, match="sharded already"):  # the sharded policy handed to a new trainer
+        GRPOTrainer(method, method.train, eval_examples=[], model=trainer.policy, tokenizer=trainer.tokenizer)
     from safetensors.torch import load_file
 
     exported = load_file(tmp_path / "fsdp" / "policy" / "model.safetensors")
@@ -84,16 +89,18 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("engine", SHARDED)
+@pytest.mark.parametrize("engine", [*SHARDED, *ZERO1])
 def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
     script = str(HERE / "grpo_run.py")
     one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
     for out in (one, two):
         out.parent.mkdir()
     subprocess.run([sys.executable, script, str(world_dir), str(one), "1"], check=True, env=ENV)
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *SHARDED[engine]]
+    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *{**SHARDED, **ZERO1}[engine]]
     subprocess.run(run, check=True, env=ENV, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
+    norms = [json.loads((out.parent / "sampler-0.json").read_text())["grad_norm"][0] for out in (one, two)]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradient itself (a scale error is ×2 or ×0.5)
     a, b = torch.load(one), torch.load(two)
     from safetensors.torch import load_file
 
@@ -116,8 +123,10 @@ def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model
     script = str(HERE / "parallel_run.py")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     for folder, mode in ((straight, "straight"), (resumed, "first"), (resumed, "resume")):
-        # the resume: a new pair of processes starts from the sharded checkpoint of step 1
-        run = [*TWO_PROCESSES, script, str(world_dir), str(folder), mode, *SHARDED[engine]]
+        # the resume: a new pair of processes starts from the sharded checkpoint of step 1; a warmup, so
+        # the learning rate changes from step to step (the schedule is restored too)
+        extra = ["train.optim.warmup_steps=2", *SHARDED[engine]]
+        run = [*TWO_PROCESSES, script, str(world_dir), str(folder), mode, *extra]
         subprocess.run(run, check=True, env=ENV, timeout=300)
     folder, shards = CHECKPOINT_SHARDS[engine]
     checkpoint = resumed / "checkpoints" / "step-000001" / "state" / folder
@@ -177,6 +186,8 @@ def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process
     init = load_file(world_dir / "model" / "model.safetensors")
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4
     same_update(a, b)
+    norms = [json.loads((folder / "grad_norm-0.json").read_text()) for folder in (one, two)]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradient itself (a scale error is ×2 or ×0.5)
 
 
 @pytest.mark.parametrize("engine", SHARDED)
@@ -248,8 +259,11 @@ def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and
         run = [*TWO_PROCESSES, parallel, str(world_dir), str(folder), mode, *lora, *SHARDED[engine]]
         subprocess.run(run, check=True, env=ENV, timeout=300)
     a, b, c = torch.load(one), torch.load(straight / "w.pt"), torch.load(resumed / "w.pt")
-    assert any("lora_A" in k for k in a)
-    same_update(a, b)  # two steps (the KL reference is the base with the adapters off)
+    adapters_one, adapters_two = ({k: v for k, v in w.items() if "lora_" in k} for w in (a, b))
+    assert len(adapters_one) == 8 and max(float(v.abs().max()) for k, v in a.items() if "lora_B" in k) > 1e-4
+    same_update(adapters_one, adapters_two)  # two steps (the KL reference is the base with the adapters off)
+    frozen = [k for k in b if "lora_" not in k]  # the base stays as it was (ZeRO-3 gathers the adapters only)
+    assert close({k: a[k] for k in frozen}, {k: b[k] for k in frozen}) == 0.0
     assert close(b, c) == 0.0
     from safetensors.torch import load_file
 

@@ -28,7 +28,7 @@ from ragrl.methods import Method
 from ragrl.methods.train_config import RETRIEVAL_EVAL_METRICS, TrainConfig
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import check_prompts
-from ragrl.train.parallel import make_parallel
+from ragrl.train.parallel import is_sharded, make_parallel
 from ragrl.train.setup import (
     MetricsLog,
     TrainingDiverged,
@@ -73,7 +73,12 @@ class Trainer:
         set_seed(config.seed)
         if model is None:
             model, tokenizer = load_policy(config.model, self.acc.device)
-        elif tokenizer is None:
+        elif is_sharded(model):  # an earlier trainer's model, sharded in place
+            raise RagrlError(
+                f"{type(self).__name__}: the model object passed in is sharded already (by an earlier "
+                "trainer) and cannot be sharded again: pass its saved folder as train.model.path"
+            )
+        if tokenizer is None:
             raise RagrlError(f"{type(self).__name__}: pass the tokenizer along with a model object")
         self.tokenizer = tokenizer
         self.model: Any = model  # replaced by the prepared model in _prepare

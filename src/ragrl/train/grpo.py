@@ -406,7 +406,7 @@ class GRPOTrainer(Trainer):
                     with torch.no_grad():  # the no-grad passes the real micro-batches make
                         if recompute:
                             self._zero_loss()
-                        if g.kl_coef and self.ref_model is not None:
+                        if g.kl_coef:  # the reference's pass (under LoRA the policy, adapters off)
                             self._zero_loss(self.ref_model)
                     micro_batches.append(None)
                     continue

@@ -92,7 +92,8 @@ class DataParallel:
         self.acc.load_state(str(folder))
 
     def full_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
-        """The policy's whole weights (call it on every process: under FSDP it is a gather)."""
+        """The policy's whole weights (call it on every process: sharded, it is a gather; FSDP and
+        ZeRO-3 return them on the main process only)."""
         return self.unwrap(model).state_dict()
 
     def export(self, model: Any, tokenizer: Any, out: Path) -> None:
@@ -320,14 +321,14 @@ class DeepSpeedParallel(DataParallel):
         the hooks go back on and the parameters are partitioned again on the way out. The prefix cache
         is emptied as under FSDP. (DeepSpeed's own ``unwrap_model_for_generation`` leaves the root's
         start-of-forward hook on, whose step reset is collective: one process generating alone hangs.)"""
+        if backend is not None and hasattr(backend, "clear_prefix_cache"):
+            backend.clear_prefix_cache()  # ZeRO writes the new weights in place (version counters kept)
         if self.config.parallel.zero_stage != 3:
             with super().generating(model, backend):
                 yield
             return
         import deepspeed
 
-        if backend is not None and hasattr(backend, "clear_prefix_cache"):
-            backend.clear_prefix_cache()
         offload = self.engine.optimizer.parameter_offload
         with deepspeed.zero.GatheredParameters(list(self.engine.module.parameters())):
             offload._remove_module_hooks()  # the layers' gather/release hooks and the root's reset
@@ -335,6 +336,8 @@ class DeepSpeedParallel(DataParallel):
             try:
                 yield
             finally:
+                for p in self.engine.module.parameters():  # as TRL does: no stale module ids left
+                    p.ds_active_sub_modules.clear()
                 reset = offload.get_param_coordinator
                 offload.fwd_pre_hook = offload.module.register_forward_pre_hook(
                     lambda *_: reset().reset_step()
@@ -351,6 +354,13 @@ class DeepSpeedParallel(DataParallel):
                 f"{folder}: not a DeepSpeed checkpoint (no deepspeed/ folder); resume it with the "
                 "train.parallel.mode it was written with"
             )
+        partitions = sorted((folder / "deepspeed" / "state").glob("*optim_states.pt"))
+        if len(partitions) != self.acc.num_processes:  # else DeepSpeed resets the optimizer silently
+            raise RagrlError(
+                f"{folder / 'deepspeed' / 'state'}: {len(partitions)} optimizer partitions for "
+                f"{self.acc.num_processes} processes; resume with the number of processes and the "
+                "train.parallel.zero_stage the checkpoint was written with"
+            )
         self.acc.load_state(str(folder))
         loaded, _ = self.engine.load_checkpoint(
             str(folder / "deepspeed"), tag="state", load_optimizer_states=True, load_lr_scheduler_states=False
@@ -361,9 +371,17 @@ class DeepSpeedParallel(DataParallel):
     def full_state_dict(self, model: Any) -> dict[str, torch.Tensor]:
         """ZeRO-3: gathered layer by layer, on the main process only (an empty dict elsewhere)."""
         if self.config.parallel.zero_stage == 3:
-            state = self.engine._zero3_consolidated_16bit_state_dict()  # accelerate's way (collective)
-            return dict(state or {})
+            lora = self.config.model.lora is not None  # the adapters only: the frozen base is not gathered
+            state = self.engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=lora)
+            return dict(state or {})  # accelerate's way (collective); on the main process
         return self.unwrap(model).state_dict()
+
+
+def is_sharded(model: Any) -> bool:
+    """Whether FSDP2 or DeepSpeed ZeRO-3 has sharded ``model`` in place."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule) or any(hasattr(p, "ds_id") for p in model.parameters())
 
 
 def group_of_one(device: torch.device) -> None:
