@@ -34,6 +34,12 @@ ZERO1 = {"zero1": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=1
 """ZeRO-1 (reduces at the accumulation boundary only): the first-update test."""
 
 
+def engines(*names: str) -> list:
+    """``names`` as test parameters: FSDP and ZeRO-3 in the default run, the others ``slow`` (CI runs
+    them after the default suite: ``.ci/run``), so the default run stays under 10 minutes here."""
+    return [n if n in ("fsdp", "zero3") else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 def same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     """The tolerance of the DDP test (tests/train/test_grpo.py): Adam's first step divides by |g| + eps,
     so a weight whose gradient is near eps moves by a share of a step under another reduction order
@@ -89,7 +95,7 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("engine", [*SHARDED, *ZERO1])
+@pytest.mark.parametrize("engine", engines(*SHARDED, *ZERO1))
 def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
     script = str(HERE / "grpo_run.py")
     one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
@@ -118,7 +124,7 @@ CHECKPOINT_SHARDS = {
 """Where each engine's checkpoint keeps the shards every process writes."""
 
 
-@pytest.mark.parametrize("engine", SHARDED)
+@pytest.mark.parametrize("engine", engines(*SHARDED))
 def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model(world_dir, tmp_path, engine):
     script = str(HERE / "parallel_run.py")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -139,7 +145,7 @@ def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model
     assert close({k: b[k] for k in exported}, exported) == 0.0
 
 
-@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
 def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_path, engine):
     """Both processes killed (SIGKILL to the launcher's process group) during step 2 of 3, right after
     the checkpoint of step 1 is complete; a new pair resumes from it and ends where a straight run does."""
@@ -168,7 +174,7 @@ def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_pa
     assert close(torch.load(straight / "w.pt"), torch.load(killed / "w.pt")) == 0.0
 
 
-@pytest.mark.parametrize("engine", SHARDED)
+@pytest.mark.parametrize("engine", engines(*SHARDED))
 @pytest.mark.parametrize("algo", ["sft", "dpo"])
 def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process(
     world_dir, tmp_path, algo, engine
@@ -190,7 +196,7 @@ def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradient itself (a scale error is ×2 or ×0.5)
 
 
-@pytest.mark.parametrize("engine", SHARDED)
+@pytest.mark.parametrize("engine", engines(*SHARDED))
 def test_sharded_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_micro_batches(
     world_dir, tmp_path, engine
 ):
@@ -207,7 +213,7 @@ def test_sharded_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_
     assert all("kl" in r for r in records if r["kind"] == "train")
 
 
-@pytest.mark.parametrize("engine", ["zero2", "zero3"])
+@pytest.mark.parametrize("engine", engines("zero2", "zero3"))
 def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(world_dir, tmp_path, engine):
     # ZeRO clips inside its own step: the norm is read after it, and ZeRO has skipped the update
     script = str(HERE / "parallel_run.py")
@@ -239,7 +245,7 @@ def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path):
     assert close(torch.load(one), torch.load(ds)) == 0.0
 
 
-@pytest.mark.parametrize("engine", ["fsdp", "zero3"])
+@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
 def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and_exports_the_adapters(
     world_dir, tmp_path, engine
 ):
