@@ -22,6 +22,7 @@ from grpo_run import leave, small_method  # noqa: E402
 from ragrl.algos import ADVANTAGES, register_advantage  # noqa: E402
 from ragrl.data.io import read_examples  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
+from ragrl.rewards import build_reward  # noqa: E402
 from ragrl.synth.demonstrators import OracleDemonstrator  # noqa: E402
 from ragrl.train.dpo import DPOTrainer, read_pairs  # noqa: E402
 from ragrl.train.grpo import GRPOTrainer  # noqa: E402
@@ -63,6 +64,13 @@ if __name__ == "__main__":
         trainer = sft_trainer(world, run_dir, *sys.argv[4:])
     elif mode == "dpo":
         trainer = dpo_trainer(world, run_dir, *sys.argv[4:])
+    elif mode == "uneven":  # every group of process 1 has zero variance: it pads all its passes
+        extra = ["train.steps=1", "train.grpo.group_filter=drop_zero_variance", "train.grpo.kl_coef=0.01",
+                 "train.grpo.micro_batch_size=2", "train.grpo.ppo_epochs=2"]  # fmt: skip
+        method = small_method(world, run_dir, *extra, *sys.argv[4:])
+        if os.environ.get("RANK") == "1":
+            method.reward = build_reward([{"name": "em", "weight": 0.0}])
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
     elif mode == "evaluated":  # the main process evaluates alone; a KL reference; uneven micro-batches
         extra = ["train.steps=2", "train.eval_every=1", "train.best_metric=eval/em_answerable",
                  "train.data.eval_limit=4", "train.grpo.kl_coef=0.01", "train.grpo.ppo_epochs=2",
@@ -76,7 +84,7 @@ if __name__ == "__main__":
     if mode in ("sft", "dpo"):
         norm = trainer.step()["grad_norm"]  # before clipping: a wrong gradient scale shows here
         (run_dir / f"grad_norm-{trainer.acc.process_index}.json").write_text(json.dumps(norm))
-    elif mode in ("straight", "evaluated"):
+    elif mode in ("straight", "evaluated", "uneven"):
         trainer.train()
     elif mode == "first":
         trainer.train(until=1)

@@ -30,6 +30,13 @@ SHARDED = {
     "zero3": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=3"],
 }
 """The sharded engines the two-process tests run (each against one process or a straight run)."""
+LORA = [
+    "train.model.lora.r=4",
+    "train.model.lora.dropout=0.0",
+    "train.model.lora.target_modules=[q_proj,v_proj]",
+]
+"""Small adapters; no dropout (it draws from each process's RNG stream, so N processes would match N
+DDP processes, not one)."""
 ZERO1 = {"zero1": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=1"]}
 """ZeRO-1 (reduces at the accumulation boundary only): the first-update test."""
 
@@ -197,11 +204,11 @@ def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process
 
 
 @pytest.mark.parametrize("engine", engines(*SHARDED))
-def test_sharded_on_two_processes_evaluates_on_the_main_process_and_pads_uneven_micro_batches(
+def test_sharded_on_two_processes_evaluates_on_the_main_process_with_a_reference_and_recompute(
     world_dir, tmp_path, engine
 ):
     # the main process evaluates alone between gathered weights; the reference and recompute passes
-    # and the update run in lockstep although the filter leaves each process its own number of samples
+    # and the update run in lockstep (a process left with nothing to train on: the test below)
     import json
 
     script = str(HERE / "parallel_run.py")
@@ -251,9 +258,7 @@ def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and
 ):
     # LoRA's dropout draws from each process's RNG stream: off, so one process is the reference
     lora = [
-        "train.model.lora.r=4",
-        "train.model.lora.dropout=0.0",
-        "train.model.lora.target_modules=[q_proj,v_proj]",
+        *LORA,
         "train.grpo.kl_coef=0.01",  # a KL reference: under LoRA the base with the adapters off
     ]
     grpo, parallel = str(HERE / "grpo_run.py"), str(HERE / "parallel_run.py")
@@ -276,3 +281,19 @@ def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and
     adapters = load_file(resumed / "policy" / "adapter_model.safetensors")  # saved as adapters
     assert len(adapters) == 8
     assert close(adapters, {k.replace(".default", ""): v for k, v in c.items() if "lora_" in k}) == 0.0
+
+
+@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
+@pytest.mark.parametrize("lora", [[], LORA], ids=["full", "lora"])
+def test_sharded_update_pads_a_process_whose_groups_were_all_filtered_out(world_dir, tmp_path, engine, lora):
+    # process 1's rewards are all 0, so drop_zero_variance leaves it nothing: every pass of its update
+    # (π_old recomputed, the KL reference, the policy) is padding that must join process 0's collectives;
+    # under ZeRO-3 with LoRA the reference padding runs with the adapters off, as the real pass does
+    import json
+
+    script = str(HERE / "parallel_run.py")
+    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "uneven", *lora, *SHARDED[engine]]
+    subprocess.run(run, check=True, env=ENV, timeout=300)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert len(train) == 1 and train[0]["zero_variance_frac"] == 0.5 and "kl" in train[0]

@@ -407,7 +407,7 @@ class GRPOTrainer(Trainer):
                         if recompute:
                             self._zero_loss()
                         if g.kl_coef:  # the reference's pass (under LoRA the policy, adapters off)
-                            self._zero_loss(self.ref_model)
+                            self._zero_ref_loss()
                     micro_batches.append(None)
                     continue
                 b = sequence_batch([samples[i] for i in rows], self.pad_id, dev)
@@ -440,6 +440,14 @@ class GRPOTrainer(Trainer):
             return self._logprobs(self.ref_model, b, temperature)
         with self.policy.disable_adapter():  # LoRA: the base model is the reference
             return self._logprobs(self.model, b, temperature)
+
+    def _zero_ref_loss(self) -> torch.Tensor:
+        """``_zero_loss`` through the reference as ``_ref_logprobs`` runs it (ZeRO-3 gathers the
+        parameters a pass uses: the padding must use the same ones)."""
+        if self.ref_model is not None:
+            return self._zero_loss(self.ref_model)
+        with self.policy.disable_adapter():
+            return self._zero_loss()
 
     def _zero_loss(self, model: Any = None) -> torch.Tensor:
         """A loss of 0 through ``model`` (the policy): a pass that only joins the collective ones."""
