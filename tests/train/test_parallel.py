@@ -152,7 +152,9 @@ def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model
     assert close({k: b[k] for k in exported}, exported) == 0.0
 
 
-@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
+@pytest.mark.parametrize(
+    "engine", [*(pytest.param(e, marks=pytest.mark.slow) for e in ("fsdp", "zero2")), "zero3"]
+)
 def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_path, engine):
     """Both processes killed (SIGKILL to the launcher's process group) during step 2 of 3, right after
     the checkpoint of step 1 is complete; a new pair resumes from it and ends where a straight run does."""
