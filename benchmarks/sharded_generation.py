@@ -21,7 +21,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -87,12 +86,9 @@ def main() -> None:
     if args.child:
         return child(args)
     from sharding_memory import setup
+    from tiny_setup import open_workdir
 
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ragrl-sharded-generation-")
-        args.workdir = Path(tmp.name)
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    tmp, args.workdir = open_workdir(args.workdir, "ragrl-sharded-generation-")
     n = setup(args.workdir, args.shape, args.layers, args.vocab)
     print(f"{args.shape}: {n / 1e6:.0f}M parameters, fp32, FSDP over 2 processes (gloo); "
           f"{args.prompts} prompts × {args.new_tokens} new tokens, greedy")  # fmt: skip

@@ -22,7 +22,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -138,11 +137,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.mode is not None:
         return child(args)
-    tmp = None
-    if args.workdir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="ragrl-sharding-")
-        args.workdir = Path(tmp.name)
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    from tiny_setup import open_workdir
+
+    tmp, args.workdir = open_workdir(args.workdir, "ragrl-sharding-")
     n = setup(args.workdir, args.shape, args.layers, args.vocab)
     name = (
         args.shape
