@@ -224,6 +224,11 @@ class DeepSpeedParallel(DataParallel):
     lockstep = True  # ZeRO-2 reduces and ZeRO-3 gathers inside every backward / forward
     sharded = True
 
+    @property
+    def bf16(self) -> bool:
+        """DeepSpeed's ``bf16`` mode: ``train.mixed_precision: bf16`` on a GPU (the CPU path stays fp32)."""
+        return self.config.mixed_precision == "bf16" and self.acc.device.type == "cuda"
+
     def _ds_config(self, train: bool, model: Any = None) -> dict[str, Any]:
         """DeepSpeed's JSON config from ``train.parallel``, ``train.optim`` and ``train.mixed_precision``:
         one micro-batch per process per ``engine.step`` as DeepSpeed counts (ragrl sets the
@@ -243,7 +248,6 @@ class DeepSpeedParallel(DataParallel):
             zero["offload_optimizer"] = {"device": "cpu"}
             if p.zero_stage == 3:
                 zero["offload_param"] = {"device": "cpu"}
-        bf16 = self.config.mixed_precision == "bf16" and self.acc.device.type == "cuda"
         return {
             "train_micro_batch_size_per_gpu": 1,
             "gradient_accumulation_steps": 1,
@@ -251,20 +255,18 @@ class DeepSpeedParallel(DataParallel):
             "zero_optimization": zero,
             "zero_allow_untested_optimizer": True,  # ragrl's torch AdamW (train.optim)
             "zero_force_ds_cpu_optimizer": False,  # the same optimizer when its state is offloaded
-            "bf16": {"enabled": bf16},
+            "bf16": {"enabled": self.bf16},
             "steps_per_print": 2**31 - 1,  # ragrl logs the steps
             "wall_clock_breakdown": False,
         }
 
     def _initialize(self, model: Any, optimizer: Any, train: bool) -> Any:
-        import logging
         import os
 
         os.environ.setdefault("LOCAL_RANK", str(self.acc.local_process_index))  # set by torchrun
         import deepspeed
 
         group_of_one(self.acc.device)
-        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)  # its per-rank INFO lines
         with contextlib.redirect_stdout(io.StringIO()):  # a bare print per rank when its CPU op loads
             deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
         # DeepSpeed's collectives call torch names deprecated since 2.10, with a warning per call site
@@ -283,7 +285,7 @@ class DeepSpeedParallel(DataParallel):
         """ZeRO-3: the reference sharded as the policy is (an engine without optimizer); else a whole
         copy on every process (ZeRO-1/2 shard only what a frozen model does not have)."""
         if self.config.parallel.zero_stage != 3:  # in the policy's compute dtype (bf16 on a GPU)
-            return model.to(torch.bfloat16) if self._ds_config(False)["bf16"]["enabled"] else model
+            return model.to(torch.bfloat16) if self.bf16 else model
         return self._initialize(model, None, train=False)
 
     def unwrap(self, model: Any) -> Any:
@@ -299,9 +301,6 @@ class DeepSpeedParallel(DataParallel):
             yield
         finally:
             self.engine.set_gradient_accumulation_boundary(True)
-
-    def clip_grad_norm(self, params: list[torch.Tensor], max_norm: float) -> float:
-        raise RagrlError("train.parallel.mode: deepspeed clips inside its step (gradient_clipping)")
 
     def step(
         self, optimizer: Any, params: list[torch.Tensor], max_norm: float, check: Callable[[float], None]

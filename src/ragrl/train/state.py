@@ -4,7 +4,8 @@ A checkpoint ``<run>/checkpoints/step-000040/`` holds
 
 * ``state/``: ``accelerator.save_state`` — model weights, optimizer, LR scheduler, the sampler, and the
   RNG streams (python, numpy, torch) of every process (under FSDP the model and optimizer are the
-  sharded ``state/sharded/`` of ``torch.distributed.checkpoint``: ``ragrl.train.parallel``);
+  sharded ``state/sharded/`` of ``torch.distributed.checkpoint``, under DeepSpeed its own
+  ``state/deepspeed/``: ``ragrl.train.parallel``);
 * ``trainer_state.json``: the step, the wall time so far, and the config fingerprint;
 * ``policy/``: the model and tokenizer as ``save_pretrained`` writes them (``ragrl eval --model`` reads
   it), on the main process.
