@@ -5,19 +5,27 @@
 On a lent GPU machine (nothing can be fetched there; the device tool's 64 MiB working tree and 10-minute
 calls): ``make device-bundle`` here first puts into ``.device/`` the wheels the machine lacks (ragrl's
 own dependencies it does not have, TRL and its) and the SmolLM2 GGUF in two halves with its sha256; then
-two calls on the same warm machine, each carrying one half:
+two calls on the same warm machine, each carrying one half, and a third if device time is left:
 
-    # call 1 (carry .device/whl, .device/part-1): environment, GPU tests, shapes      (~5 minutes)
+    # call 1 (carry .device/whl, .device/part-1): environment, GPU tests, SmolLM2's shape  (~2.5 minutes)
     bash benchmarks/device.sh 1
     # call 2 (carry .device/whl, .device/part-2): the halves joined and checked, SmolLM2 imported,
-    # gpu_learning: 3 seeds and the real-data part side by side             (~7 minutes)
+    # gpu_learning: 3 seeds and the real-data part side by side                  (~8.5 minutes)
     bash benchmarks/device.sh 2
+    # call 3 (carry .device/whl), with what is left: the Qwen2.5 shapes, a row at a time
+    bash benchmarks/device.sh 3
 
 Each phase writes at most 8 files into ``--out`` (the device tool brings back 8): ``env.txt``,
-``tests.log``, ``shapes.md`` / ``shapes.json`` (phase 1); ``world.md``, ``world.json``, ``real.md``,
-``learning.log``, ``import.log`` (phase 2), each written as soon as it exists. Run folders stay in
-``--work``. Without a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests
-are skipped: the test suite runs this path (``tests/benchmarks/test_gpu_check.py``)."""
+``tests.log``, ``shapes.md`` / ``shapes.json``, ``profile.txt`` (phase 1); ``world.md``,
+``world.json``, ``real.md``, ``learning.log``, ``import.log`` (phase 2); ``shapes.md`` /
+``shapes.json`` (phase 3), each written as soon as it exists. Run folders stay in ``--work``. Without
+a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests are skipped: the test
+suite runs this path (``tests/benchmarks/test_gpu_check.py``).
+
+The first GPU run (2026-11-26, one H200) sized these phases: phase 1 took 2 minutes with the tests
+(44 s); phase 2 with 200 s of GRPO took 372 s of which ~170 s were the import, the warm start and the
+evaluations; the Qwen2.5-0.5B shape's first row did not finish in 60 s (docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -111,13 +119,24 @@ def phase_1(args: argparse.Namespace, toy: bool) -> int:
     )
     tests = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *marked]
     status = run_logged(tests, args.out / "tests.log")
+    shapes(args, toy, RECIPE_SHAPE)
+    return 0 if status in (0, 5) else status  # 5: no test ran (no GPU: every GPU test skipped)
+
+
+RECIPE_SHAPE = [
+    "--shapes", "smollm2-135m", "--questions", "32", "--group", "8", "--prompt-tokens", "300",
+    "--new-tokens", "64", "--micro-batch", "16", "--profile",
+]  # fmt: skip
+"""Phase 1's row: SmolLM2-135M's shape at gpu_learning's batch (32 questions × 8, turns of at most 64
+tokens, micro-batches of 16), with the profile of its GRPO step."""
+
+
+def shapes(args: argparse.Namespace, toy: bool, options: list[str]) -> None:
+    """``gpu_shapes`` with ``options``, its tables straight into ``--out`` (rewritten after every row)."""
     import gpu_shapes
 
-    # the tables straight into --out, rewritten after every row
-    gpu_shapes.main(
-        ["--out", str(args.work / "shapes"), "--tables", str(args.out), *(["--toy"] if toy else [])]
-    )
-    return 0 if status in (0, 5) else status  # 5: no test ran (no GPU: every GPU test skipped)
+    where = ["--out", str(args.work / "shapes"), "--tables", str(args.out)]
+    gpu_shapes.main([*where, *options, *(["--toy"] if toy else [])])  # --toy sets its own sizes
 
 
 def phase_2(args: argparse.Namespace, toy: bool) -> int:
@@ -137,15 +156,22 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
     return run_logged(command, args.out / "learning.log")
 
 
+def phase_3(args: argparse.Namespace, toy: bool) -> int:
+    """The papers' shapes (Qwen2.5-0.5B, 1.5B, 3B; gpu_shapes' defaults), for what is left of the
+    device time: each row is written as soon as it is measured."""
+    shapes(args, toy, [])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "runs/gpu-check"))
     ap.add_argument("--work", type=Path, default=Path("runs/gpu-check-work"), help="run folders")
-    ap.add_argument("--phase", choices=["1", "2", "all"], default="all")
+    ap.add_argument("--phase", choices=["1", "2", "3", "all"], default="all", help="all: 1 and 2")
     ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
-    ap.add_argument("--grpo-seconds", type=float, default=200.0, help="gpu_learning's GRPO time per seed")
+    ap.add_argument("--grpo-seconds", type=float, default=330.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
     args = ap.parse_args(argv)
     toy = args.toy or not torch.cuda.is_available()
@@ -157,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         status = phase_1(args, toy) or status
     if args.phase in ("2", "all"):
         status = phase_2(args, toy) or status
+    if args.phase == "3":
+        status = phase_3(args, toy)
     print(
         f"gpu_check ({'toy, CPU' if toy else 'GPU'}): phase {args.phase} in {time.perf_counter() - t0:.0f} s"
     )

@@ -48,7 +48,10 @@ INSTRUCT_SETTINGS = (
     # The Search-R1 instruction prompt of search_r1-tiny, through the model's chat template. BPE token
     # limits for a 49k vocabulary: the quoting oracle's episodes on the world fit in 1024 tokens.
     "rollout.max_total_tokens=1024",
-    "rollout.max_new_tokens=128",
+    # a turn ends when its slowest row does: the quoting oracle's turns are 34 tokens on average, 57 at
+    # most (1,256 turns, SmolLM2 tokens, world seed 0), so 64 leaves room and halves a rambling row's
+    # cost against 128 (the first GPU run: ~20 s of rollout a step, docs/models.md)
+    "rollout.max_new_tokens=64",
     "rollout.max_obs_tokens=300",
     "rollout.temperature=1.0",
     "rollout.n=8",
@@ -58,12 +61,16 @@ INSTRUCT_SETTINGS = (
     "train.sft.max_steps=60",
     # GRPO: a full fine-tune of a 135M model (Search-R1's 1e-6 is for 3B-7B policies); T = 1 and the
     # higher clip: on 2 cores a 30-step SFT left SmolLM2 at entropy 0.03-0.10 under T = 0.7, and 38-75%
-    # of its groups without variance (docs/models.md)
-    "train.optim.lr=5e-6",
+    # of its groups without variance (docs/models.md). The first GPU run made 5 steps at lr 5e-6 in
+    # 200 s: with ~15-30 steps in a call, each step must count.
+    "train.optim.lr=1e-5",
     "train.grpo.clip_high=0.28",
-    "train.optim.warmup_steps=5",
+    "train.optim.warmup_steps=2",
     "train.grpo.prompts_per_step=32",
-    "train.grpo.micro_batch_size=64",
+    # micro-batches of 64 sequences held 5 GB tensors of 49k-vocabulary log-probs and peaked at 78 GB
+    # in one process (the first GPU run; four processes share the card): 16, with checkpointing
+    "train.grpo.micro_batch_size=16",
+    "train.model.gradient_checkpointing=true",
     "train.grpo.kl=low_var_kl",
     "train.grpo.kl_coef=0.001",
     "train.model.generation_batch_size=256",
@@ -110,10 +117,27 @@ def one_seed(args: argparse.Namespace) -> None:
     )  # fmt: skip
 
 
+def shared_card_env(processes: int) -> dict[str, str]:
+    """The environment of one of ``processes`` processes sharing the one GPU: each caching allocator
+    is held to its share of the card (``per_process_memory_fraction``, torch >= 2.10), so one cannot
+    keep the memory the others need. The first GPU run had none: four processes' caches reached 57, 31,
+    28 and 23 GB of 140 and three of them ran out."""
+    import torch
+
+    env = dict(os.environ)
+    if torch.cuda.is_available():
+        share = f"per_process_memory_fraction:{0.9 / processes:.3f}"
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
+            x for x in (env.get("PYTORCH_CUDA_ALLOC_CONF"), share, "expandable_segments:True") if x
+        )
+    return env
+
+
 def world_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every seed in its own process, all at once (with ``args.beside``, the real part in one more);
     their summaries."""
     procs = []
+    env = shared_card_env(len(args.seeds) + int(args.beside))
     if args.beside:  # the real-data part, in its own process beside the seeds (the GPU has room)
         command = [
             sys.executable,
@@ -129,13 +153,13 @@ def world_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         command += ["--n", str(args.n), *(["--toy"] if args.toy else [])]
         command += [a for o in args.overrides for a in ("--set", o)]
         log = (args.out / "real.log").open("w")
-        procs.append(("real", subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append(("real", subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     for seed in args.seeds:
         command = [sys.executable, __file__, "--one-seed", str(seed), "--out", str(args.out)]
         command += ["--grpo-seconds", str(args.grpo_seconds), *(["--toy"] if args.toy else [])]
         command += ["--model", str(args.model), *[a for o in args.overrides for a in ("--set", o)]]
         log = (args.out / f"seed-{seed}.log").open("w")
-        procs.append((seed, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log))
+        procs.append((seed, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log))
     failed = []
     for seed, proc, log in procs:
         if proc.wait() != 0:
@@ -215,6 +239,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"train.max_seconds={args.real_grpo_seconds}", "train.steps=1000",
                   f"train.grpo.prompts_per_step={2 if args.toy else 32}", f"rollout.n={2 if args.toy else 5}",
                   "train.optim.lr=5e-6", "train.grpo.kl=low_var_kl", "train.grpo.kl_coef=0.001",
+                  "train.grpo.micro_batch_size=16", "train.model.gradient_checkpointing=true",
                   "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
         log=args.out / "real" / "grpo.log",
     )  # fmt: skip

@@ -16,9 +16,14 @@ text needs). For each size and each number of questions per step (``--questions`
   and update (one optimizer step over the same micro-batches, β = 0, token-mean loss), when ``trl`` is
   installed: the time of its second step, and the throughput ratio TRL s/step ÷ ragrl s/step.
 
-A random model almost never writes a search tag, so every episode is one turn of ``--new-tokens``:
-the generate row has the same shape. A batch that runs out of GPU memory is recorded as ``OOM`` and
-ends that size's sweep: the last row before it is the largest batch that fits without sharding.
+Every side does the same work: one turn of ``--new-tokens`` per sequence (``--max-turns 1``). A
+random model never closes a tag, so with more turns ragrl's rollout would go on with the corrective
+observation, turn after turn, while ``generate`` and TRL stop after one (the first GPU run, 4 turns:
+ragrl's rollout made 504 tokens a sequence against their 128). The table gives ragrl's rollout in
+tokens/s beside ``generate``'s. ``--profile`` writes a cProfile of the measured ragrl step
+(``profile.txt``) beside the tables, for the first row: where a GPU step's time goes in Python.
+A batch that runs out of GPU memory is recorded as ``OOM`` and ends that size's sweep: the last row
+before it is the largest batch that fits without sharding.
 
     python benchmarks/gpu_shapes.py --out runs/gpu-shapes               # GPU: 0.5B, 1.5B, 3B
     python benchmarks/gpu_shapes.py --toy --out runs/gpu-shapes-toy     # CPU: a toy shape, seconds
@@ -29,10 +34,13 @@ Writes ``shapes.md`` and ``shapes.json`` in ``--out``; the table is printed last
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import itertools
 import json
 import logging
+import pstats
 import statistics
 import sys
 import time
@@ -122,8 +130,9 @@ def measure_generate(model: Any, batch: int, prompt: int, new: int, device: torc
 
 
 def measure_ragrl(
-    model: Any, tokenizer: Any, method: Any, questions: list[Any], device: torch.device
-) -> dict:
+    model: Any, tokenizer: Any, method: Any, questions: list[Any], device: torch.device,
+    profile: Path | None = None,
+) -> dict:  # fmt: skip
     from ragrl.train.grpo import GRPOTrainer
 
     free(device)
@@ -132,9 +141,21 @@ def measure_ragrl(
         retriever=None, model=model, tokenizer=tokenizer,
     )  # fmt: skip
     trainer.step()  # warm-up: kernels, allocator
-    m = trainer.step()
+    if profile is None:
+        m = trainer.step()
+    else:
+        profiler = cProfile.Profile()
+        m = profiler.runcall(trainer.step)
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text).strip_dirs()
+        stats.sort_stats("cumulative").print_stats(40)
+        stats.sort_stats("tottime").print_stats(25)
+        profile.write_text(text.getvalue(), encoding="utf-8")
     keys = ("step_seconds", "rollout_seconds", "logprob_seconds", "update_seconds", "response_len")
-    return {**{k: m[k] for k in keys}, "peak_gb": peak_gb(device)}
+    out = {k: m[k] for k in keys}
+    sequences = len(questions) * method.rollout.n
+    out["rollout_tokens_per_s"] = round(sequences * m["response_len"] / m["rollout_seconds"])
+    return {**out, "peak_gb": peak_gb(device)}
 
 
 def measure_trl(
@@ -180,8 +201,9 @@ def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
     return load_method(
         "search_r1",
         {
-            "rollout.max_turns": 4, "rollout.n": args.group, "rollout.max_new_tokens": args.new_tokens,
-            "rollout.max_total_tokens": args.prompt_tokens + 4 * args.new_tokens + 3 * 512,
+            "rollout.max_turns": args.max_turns, "rollout.n": args.group,
+            "rollout.max_new_tokens": args.new_tokens,
+            "rollout.max_total_tokens": args.prompt_tokens + args.max_turns * (args.new_tokens + 512),
             "rollout.temperature": 1.0, "rollout.top_p": 1.0, "rollout.top_k": 0,
             "reward": [{"name": "bench_len", "weight": 1.0}],
             "train.out": str(args.out / "ragrl"), "train.steps": 2, "train.optim.lr": 1e-6,
@@ -201,6 +223,7 @@ def sweep(
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
+    profiled = False
     for questions in args.questions:
         row: dict[str, Any] = {"shape": shape, "questions": questions, "sequences": questions * args.group}
         try:
@@ -215,7 +238,9 @@ def sweep(
             row["prompt_tokens"] = round(
                 statistics.mean(len(method.protocol.prompt_ids(q, tokenizer)) for q in qs)
             )
-            row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device)
+            profile = args.tables_dir / "profile.txt" if args.profile and not profiled else None
+            row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device, profile)
+            profiled = profiled or profile is not None
             del model
             free(device)
             row["trl"] = trl_side(shape, args, tokenizer, method, qs, batch, device, dtype)
@@ -265,14 +290,14 @@ def trl_side(
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| shape | params | questions × G | prompt | generate tok/s | ragrl step s (rollout / log-probs / "
-        "update) | ragrl peak GB | TRL step s | TRL ÷ ragrl |"
+        "| shape | params | questions × G | prompt | generate tok/s | ragrl rollout tok/s | ragrl step s "
+        "(rollout / log-probs / update) | ragrl peak GB | TRL step s | TRL ÷ ragrl |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         if r.get("oom"):
             lines.append(
-                f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM |||||"
+                f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM ||||||"
             )
             continue
         g, o, t = r["generate"], r["ragrl"], r["trl"]
@@ -281,7 +306,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
             f"{r['questions']} × {r['sequences'] // r['questions']}"
-            f" | {r['prompt_tokens']} | {g['tokens_per_s']:,} | {o['step_seconds']:.2f} ({split}) | "
+            f" | {r['prompt_tokens']} | {g['tokens_per_s']:,} | {o.get('rollout_tokens_per_s', 0):,} | "
+            f"{o['step_seconds']:.2f} ({split}) | "
             f"{o['peak_gb'] if o['peak_gb'] is not None else '—'} | {trl} | {r.get('trl_over_ragrl', '—')} |"
         )
     return "\n".join(lines)
@@ -297,6 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--new-tokens", type=int, default=500)
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (both)")
+    ap.add_argument("--max-turns", type=int, default=1, help="ragrl's rollout turns (1: the others' work)")
+    ap.add_argument("--profile", action="store_true", help="cProfile the first measured ragrl step")
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-shapes"))
@@ -321,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (world / "train.jsonl").is_file():
         generate_world(0, "small").write(world)
     examples = read_examples(world / "train.jsonl")[0][:64]
-    tables = args.tables or args.out
+    tables = args.tables_dir = args.tables or args.out
     tables.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 

@@ -27,11 +27,15 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "gpu_check (toy, CPU): phase all" in done.stdout
-    # at most 8 files come back from a GPU machine: these are all of them
+    # at most 8 files come back from a GPU machine's call: these are all of them, phase by phase
     names = {p.name for p in out.iterdir()}
-    expected = {"env.txt", "tests.log", "shapes.md", "shapes.json", "world.md", "world.json", "learning.log"}
-    expected |= {"real.md"} if SHARED.is_dir() else set()
-    assert names == expected and len(names) <= 8
+    phase_1 = {"env.txt", "tests.log", "shapes.md", "shapes.json", "profile.txt"}
+    phase_2 = {"world.md", "world.json", "learning.log"} | ({"real.md"} if SHARED.is_dir() else set())
+    assert names == phase_1 | phase_2
+    assert len(phase_1) <= 8 and len(phase_2 | {"import.log"}) <= 8
+    # the profile of the measured GRPO step: where its time went, by function
+    profile = (out / "profile.txt").read_text()
+    assert "function calls" in profile and "_generate_batch" in profile
     assert "cuda available False" in (out / "env.txt").read_text()
     # the GPU tests were collected and skipped, not lost
     assert "skipped" in (out / "tests.log").read_text()
@@ -42,6 +46,8 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     ragrl = row["ragrl"]
     assert ragrl["step_seconds"] >= ragrl["rollout_seconds"] > 0
     assert ragrl["logprob_seconds"] >= 0 and ragrl["update_seconds"] > 0
+    # one turn a sequence, as generate's and TRL's (a random model never closes a tag)
+    assert ragrl["response_len"] <= 8 and ragrl["rollout_tokens_per_s"] > 0
     # three seeds side by side, each with the closing table's figures; the bar's figures
     world = (out / "world.md").read_text().splitlines()
     assert [line.split("|")[1].strip() for line in world[2:]] == ["0", "1", "2", "mean"]
