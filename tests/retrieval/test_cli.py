@@ -185,3 +185,51 @@ def test_index_without_corpus_is_a_clear_error(tmp_path):
     result = runner.invoke(app, ["index", "--out", str(tmp_path / "x")])
     assert result.exit_code != 0
     assert "give at least one CORPUS file" in str(result.exception) + result.output
+
+
+def test_an_approximate_dense_index_from_the_cli_resumes_a_killed_build_and_reports_recall(
+    tmp_path, monkeypatch
+):
+    pytest.importorskip("faiss")
+    from ragrl.retrieval import embeddings
+
+    corpus = tmp_path / "corpus.jsonl"
+    assert runner.invoke(app, ["data", "synth-corpus", "-n", "1200", "--out", str(corpus)]).exit_code == 0
+    out = tmp_path / "ivf"
+    args = ["index", str(corpus), "--retriever", "dense", "--model", "hashing:32", "--out", str(out)]
+    args += ["--index-type", "ivf-pq", "--shard-size", "500", "--nprobe", "8"]
+    real = embeddings.encode_shards
+
+    def killed_after_two_shards(encode, *a, **kw):
+        calls = []
+
+        def dying(texts):
+            calls.append(len(texts))
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return encode(texts)
+
+        return real(dying, *a, **kw)
+
+    monkeypatch.setattr("ragrl.retrieval.dense.encode_shards", killed_after_two_shards)
+    assert runner.invoke(app, args).exit_code != 0
+    assert sorted(p.name for p in (out / ".build" / "shards").iterdir())[-1] == "shard-00001.json"
+    monkeypatch.setattr("ragrl.retrieval.dense.encode_shards", real)
+    result = runner.invoke(app, [*args, "--recall-check", "40"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "kept 2 of 3 encoded shards" in result.output and "indexed 1,200 passages with dense" in result.output
+    )
+    assert not (out / ".build").exists()  # the build folder goes once the index is saved
+    recall = json.loads((out / "recall.json").read_text())
+    assert recall["queries"] == 40 and recall["index"] == "IVF16,PQ4x4" and 0 < recall["recall@10"] <= 1
+    assert f"recall@10 {recall['recall@10']:.3f}" in result.output
+    manifest = json.loads((out / "retriever.json").read_text())
+    assert manifest["params"]["nprobe"] == 8 and manifest["num_passages"] == 1200
+    searched = runner.invoke(app, ["search", str(out), "Thaesukren harbour", "-k", "2"])
+    assert searched.exit_code == 0, searched.output
+    # a factory string faiss cannot read is one line and a nonzero exit
+    bad = runner.invoke(app, [*args[:7], str(tmp_path / "bad"), "--index-spec", "IVF,PQ"])
+    assert bad.exit_code == 1 and str(bad.exception) == (
+        "--index-spec 'IVF,PQ': faiss cannot build it (could not parse index string IVF,PQ)"
+    )

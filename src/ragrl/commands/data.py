@@ -86,6 +86,24 @@ def mix(
     console.print(f"wrote {len(examples)} questions to {out} ({parts})", highlight=False, soft_wrap=True)
 
 
+@app.command("synth-corpus")
+def synth_corpus(
+    out: Path = typer.Option(..., "--out", "-o", help="The corpus file to write (jsonl {id, contents})."),
+    passages: int = typer.Option(..., "--passages", "-n", min=1, help="How many passages."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same passages."),
+    words: int = typer.Option(100, "--words", min=5, help="Words a passage, on average (DPR's: 100)."),
+) -> None:
+    """A synthetic corpus of any size for the retrieval paths at scale: the world's made-up language,
+    Zipf-distributed, streamed to disk (docs/retrieval.md)."""
+    from ragrl.console import progress
+    from ragrl.data.io import write_corpus
+    from ragrl.synth.scale import synthetic_corpus
+
+    stream = progress(synthetic_corpus(passages, seed=seed, words=words), "writing passages", total=passages)
+    n = write_corpus(out, stream)
+    console.print(f"wrote {n:,} passages to {out}", highlight=False)
+
+
 @app.command()
 def synth(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for train/dev/test.jsonl, corpus.jsonl, ..."),

@@ -24,6 +24,17 @@ class RetrieverKind(StrEnum):
     hybrid = "hybrid"
 
 
+class IndexType(StrEnum):
+    flat = "flat"
+    hnsw = "hnsw"
+    ivf_pq = "ivf-pq"
+
+
+BUILD_FOLDER = ".build"
+"""Inside ``--out``: a dense build's encoded shards, kept when the build is killed, so the same command
+run again goes on from them; removed when the index is saved."""
+
+
 class CacheMode(StrEnum):
     readwrite = "readwrite"
     record = "record"
@@ -93,11 +104,51 @@ def index(
     ] = None,
     rrf_k: Annotated[float, typer.Option(help="Hybrid: RRF constant.")] = 60.0,
     depth: Annotated[int, typer.Option(help="Hybrid: depth each component is searched to.")] = 100,
+    index_type: Annotated[
+        IndexType,
+        typer.Option(help="Dense: faiss index type: flat (exact), hnsw, ivf-pq (docs/retrieval.md)."),
+    ] = IndexType.flat,
+    index_spec: Annotated[
+        str | None,
+        typer.Option(
+            help="Dense: a faiss factory string instead of the type's default, e.g. 'IVF4096,PQ48x8'."
+        ),
+    ] = None,
+    train_size: Annotated[
+        int, typer.Option(help="Dense: vectors an IVF / PQ index is trained on (a random sample).", min=1)
+    ] = 100_000,
+    nprobe: Annotated[
+        int | None, typer.Option(help="Dense IVF: lists a search visits (default 32).", min=1)
+    ] = None,
+    ef_search: Annotated[int | None, typer.Option(help="Dense HNSW: efSearch (default 128).", min=1)] = None,
+    rerank: Annotated[
+        int | None,
+        typer.Option(
+            help="Dense PQ: re-score rerank × k candidates exactly (default 4; 0 or 1: off).", min=0
+        ),
+    ] = None,
+    shard_size: Annotated[
+        int, typer.Option(help="Dense: passages a shard encodes (a killed build keeps its shards).", min=1)
+    ] = 50_000,
+    recall_check: Annotated[
+        int,
+        typer.Option(
+            help="Dense: after the build, recall@1/10 of the index against exact search, over this many "
+            "queries (the first sentence of passages drawn at random); written to recall.json.",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Build a retrieval index from corpus files and save it to a directory."""
     from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
 
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not (out / MANIFEST_NAME).exists():
+    resumable = out.is_dir() and {p.name for p in out.iterdir()} == {BUILD_FOLDER}
+    if (
+        out.exists()
+        and (not out.is_dir() or any(out.iterdir()))
+        and not (out / MANIFEST_NAME).exists()
+        and not resumable
+    ):
         raise RagrlError(
             f"{out}: exists and is not an empty directory or a ragrl index; choose another --out"
         )
@@ -131,6 +182,14 @@ def index(
             passage_prefix=passage_prefix,
             batch_size=batch_size,
             device=device,
+            index_type=index_type.value,
+            index_spec=index_spec,
+            train_size=train_size,
+            nprobe=nprobe,
+            ef_search=ef_search,
+            rerank=rerank,
+            workdir=out / BUILD_FOLDER,
+            shard_size=shard_size,
         )
 
     if retriever is RetrieverKind.bm25:
@@ -148,11 +207,35 @@ def index(
         if passages is None:
             passages = getattr(a, "passages", [])
     built.save(out)
+    import shutil
+
+    shutil.rmtree(out / BUILD_FOLDER, ignore_errors=True)
     elapsed = time.perf_counter() - t0
     n = len(passages) if passages is not None else 0
     typer.echo(
         f"indexed {n:,} passages with {retriever.value} in {elapsed:.1f} s -> {out} "
         f"({_human_size(directory_size(out))}, fingerprint {built.fingerprint[:12]})",
+        err=True,
+    )
+    if recall_check:
+        _recall_check(built, out, recall_check)
+
+
+def _recall_check(built: Any, out: Path, n: int) -> None:
+    """Recall@1/10 of a dense index against exact search, written to ``recall.json`` and printed."""
+    import random
+
+    if not hasattr(built, "recall"):
+        raise RagrlError("--recall-check is for dense indexes (--retriever dense)")
+    rows = random.Random(0).sample(range(len(built.passages)), min(n, len(built.passages)))
+    queries = [" ".join(built.passages[i].text.split(".")[0].split()[:20]) for i in rows]
+    t0 = time.perf_counter()
+    recall = {"queries": len(queries), "index": built.params.get("index", "Flat"), **built.recall(queries)}
+    (out / "recall.json").write_text(json.dumps(recall, indent=2) + "\n", encoding="utf-8")
+    typer.echo(
+        f"recall against exact search over {len(queries)} queries: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in recall.items() if k.startswith("recall@"))
+        + f" ({time.perf_counter() - t0:.1f} s) -> {out / 'recall.json'}",
         err=True,
     )
 
@@ -327,6 +410,15 @@ def serve(
         ),
     ] = 64,
     device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
+    nprobe: Annotated[
+        int | None, typer.Option(help="Dense IVF: lists a search visits (default: the index's).", min=1)
+    ] = None,
+    ef_search: Annotated[
+        int | None, typer.Option(help="Dense HNSW: efSearch (default: the index's).", min=1)
+    ] = None,
+    rerank: Annotated[
+        int | None, typer.Option(help="Dense PQ: exact re-scoring depth × k (default: the index's).", min=0)
+    ] = None,
 ) -> None:
     """Serve an index over HTTP with Search-R1's /retrieve contract (and /health)."""
     from ragrl.retrieval.base import load_retriever
@@ -336,7 +428,7 @@ def serve(
         import uvicorn
     except ImportError:
         raise RagrlError(f"`ragrl serve` needs uvicorn: {SERVER_EXTRA}") from None
-    retriever = load_retriever(index_dir, device=device)
+    retriever = load_retriever(index_dir, device=device, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
     app = create_app(
         retriever,
         max_batch=max_batch,

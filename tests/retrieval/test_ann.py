@@ -1,0 +1,110 @@
+"""Approximate dense search (``ragrl.retrieval.ann``): the index types, their search parameters, exact
+re-ranking and recall against exact search, measured on a synthetic corpus with the hashing encoder."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from ragrl.errors import RagrlError
+from ragrl.retrieval import ann
+from ragrl.retrieval.base import load_retriever
+from ragrl.retrieval.dense import DenseRetriever
+from ragrl.synth.scale import synthetic_corpus
+
+N = 3000
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return list(synthetic_corpus(N, seed=3, words=60))
+
+
+@pytest.fixture(scope="module")
+def queries(corpus):
+    rng = np.random.default_rng(0)
+    return [" ".join(corpus[i].text.split(".")[0].split()[:12]) for i in rng.choice(N, 60, replace=False)]
+
+
+def build(corpus, **kwargs):
+    return DenseRetriever.build(corpus, model="hashing:64", show_progress=False, shard_size=1000, **kwargs)
+
+
+def test_default_specs_follow_the_corpus_size():
+    assert ann.default_spec("flat", 10, 384) == "Flat"
+    assert ann.default_spec("hnsw", 10, 384) == "HNSW32"
+    # nlist: a power of two near 4·sqrt(n); m = dim / 8; 8-bit codes once ~10k vectors train them
+    assert ann.default_spec("ivf-pq", 2_000_000, 384) == "IVF4096,PQ48x8"
+    assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ96x8"
+    assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ48x4"  # at least ~39 training vectors a list
+    with pytest.raises(RagrlError, match="unknown index type 'ivf'"):
+        ann.default_spec("ivf", 10, 8)
+    assert ann.search_params("IVF16,PQ8x4", None, None, None) == {"nprobe": 32, "rerank": 4}
+    assert ann.search_params("HNSW32", None, 64, None) == {"ef_search": 64}
+    assert ann.search_params("Flat", 8, 8, 8) == {}
+
+
+def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queries):
+    flat = build(corpus)
+    ivf = build(corpus, index_type="ivf-pq")
+    assert ivf.spec == "IVF64,PQ8x4" and ivf.search_params == {"nprobe": 32, "rerank": 4}
+    assert flat.recall(queries) == {"recall@1": 1.0, "recall@10": 1.0}  # flat is the exact search
+
+    def variant(nprobe, rerank):
+        return DenseRetriever(
+            ivf.encoder, ivf.index, corpus, model=ivf.model, spec=ivf.spec, nprobe=nprobe, rerank=rerank,
+            vectors=ivf.vectors,
+        )  # fmt: skip
+
+    # every list visited and every vector re-scored exactly: the exact search (to float rounding, which
+    # can order two near-equal 10th scores either way)
+    exhaustive = variant(64, N // 10)
+    assert exhaustive.recall(queries)["recall@1"] == 1.0 and exhaustive.recall(queries)["recall@10"] >= 0.995
+    (hits,), (ref,) = exhaustive.search(queries[:1], 5), flat.search(queries[:1], 5)
+    assert [h.id for h in hits] == [h.id for h in ref]
+    assert [h.score for h in hits] == pytest.approx([h.score for h in ref], abs=1e-5)
+    # the recall check agrees with comparing the two indexes' own searches
+    recall = ivf.recall(queries)
+    exact = [[h.id for h in hits] for hits in flat.search(queries, 10)]
+    approx = [[h.id for h in hits] for hits in ivf.search(queries, 10)]
+    assert recall["recall@10"] == pytest.approx(
+        np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)]), abs=0.02
+    )
+    # 4-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
+    codes_only, deeper = variant(32, 0).recall(queries), variant(32, 20).recall(queries)
+    assert codes_only["recall@10"] < recall["recall@10"] < deeper["recall@10"]
+
+
+def test_hnsw_is_near_exact(corpus, queries):
+    hnsw = build(corpus, index_type="hnsw")
+    assert hnsw.spec == "HNSW32" and hnsw.search_params == {"ef_search": 128}
+    assert hnsw.recall(queries)["recall@10"] >= 0.95
+
+
+def test_saved_index_loads_with_its_parameters_or_new_ones(corpus, queries, tmp_path):
+    ivf = build(corpus, index_type="ivf-pq", nprobe=4)
+    ivf.save(tmp_path)
+    manifest = json.loads((tmp_path / "retriever.json").read_text())
+    assert manifest["params"] | {} == {**manifest["params"], "index": "IVF64,PQ8x4", "nprobe": 4, "rerank": 4}
+    loaded = load_retriever(tmp_path, device="cpu")
+    assert loaded.fingerprint == ivf.fingerprint
+    assert [[h.id for h in r] for r in loaded.search(queries, 5)] == [
+        [h.id for h in r] for r in ivf.search(queries, 5)
+    ]
+    # a search parameter changes the results, so it changes the fingerprint (the retrieval cache's key)
+    wider = load_retriever(tmp_path, device="cpu", nprobe=64)
+    assert wider.search_params["nprobe"] == 64 and wider.fingerprint != ivf.fingerprint
+    assert wider.recall(queries)["recall@10"] >= loaded.recall(queries)["recall@10"]
+    # the full vectors the re-ranking reads are checked against the index
+    (tmp_path / "vectors.f32").write_bytes((tmp_path / "vectors.f32").read_bytes()[:-4])
+    with pytest.raises(RagrlError, match="vectors.f32: .* expected 3000 vectors of 64 float32"):
+        load_retriever(tmp_path, device="cpu")
+
+
+def test_a_bad_factory_string_is_a_clear_error(corpus):
+    with pytest.raises(RagrlError, match="--index-spec 'IVF,PQ': faiss cannot build it"):
+        build(corpus[:200], index_spec="IVF,PQ")
