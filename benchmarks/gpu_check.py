@@ -10,7 +10,7 @@ two calls on the same warm machine, each carrying one half, and a third if devic
     # call 1 (carry .device/whl, .device/part-1): environment, GPU tests, SmolLM2's shape  (~2.5 minutes)
     bash benchmarks/device.sh 1
     # call 2 (carry .device/whl, .device/part-2): the halves joined and checked, SmolLM2 imported,
-    # gpu_learning: 3 seeds and the real-data part side by side                  (~8.5 minutes)
+    # gpu_learning: 3 seeds and the real-data part side by side                  (~8 minutes)
     bash benchmarks/device.sh 2
     # call 3 (carry .device/whl), with what is left: the Qwen2.5 shapes, a row at a time
     bash benchmarks/device.sh 3
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/gpu-check-work"), help="run folders")
     ap.add_argument("--phase", choices=["1", "2", "3", "all"], default="all", help="all: 1 and 2")
     ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
-    ap.add_argument("--grpo-seconds", type=float, default=330.0, help="gpu_learning's GRPO time per seed")
+    ap.add_argument("--grpo-seconds", type=float, default=280.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
     args = ap.parse_args(argv)
     toy = args.toy or not torch.cuda.is_available()

@@ -125,7 +125,10 @@ def shared_card_env(processes: int) -> dict[str, str]:
     import torch
 
     env = dict(os.environ)
-    if torch.cuda.is_available():
+    version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    if torch.cuda.is_available() and version < (2, 10):  # the option is unknown there: the processes die
+        print(f"torch {torch.__version__}: no per-process memory share (needs torch >= 2.10)", flush=True)
+    elif torch.cuda.is_available():
         share = f"per_process_memory_fraction:{0.9 / processes:.3f}"
         env["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(
             x for x in (env.get("PYTORCH_CUDA_ALLOC_CONF"), share, "expandable_segments:True") if x
@@ -238,7 +241,8 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         *rb.sets([f"train.model.path={sft / 'policy'}", *common, "train.eval_every=0",
                   f"train.max_seconds={args.real_grpo_seconds}", "train.steps=1000",
                   f"train.grpo.prompts_per_step={2 if args.toy else 32}", f"rollout.n={2 if args.toy else 5}",
-                  "train.optim.lr=5e-6", "train.grpo.kl=low_var_kl", "train.grpo.kl_coef=0.001",
+                  "train.optim.lr=1e-5", "train.optim.warmup_steps=2", "train.grpo.kl=low_var_kl",
+                  "train.grpo.kl_coef=0.001",
                   "train.grpo.micro_batch_size=16", "train.model.gradient_checkpointing=true",
                   "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
         log=args.out / "real" / "grpo.log",

@@ -20,8 +20,9 @@ Every side does the same work: one turn of ``--new-tokens`` per sequence (``--ma
 random model never closes a tag, so with more turns ragrl's rollout would go on with the corrective
 observation, turn after turn, while ``generate`` and TRL stop after one (the first GPU run, 4 turns:
 ragrl's rollout made 504 tokens a sequence against their 128). The table gives ragrl's rollout in
-tokens/s beside ``generate``'s. ``--profile`` writes a cProfile of the measured ragrl step
-(``profile.txt``) beside the tables, for the first row: where a GPU step's time goes in Python.
+tokens/s beside ``generate``'s. ``--profile`` writes a cProfile of one more ragrl step after the
+measured one (``profile.txt``) beside the tables, for the run's first row: where a GPU step's time
+goes in Python, without the profiler's cost in the measured figures.
 A batch that runs out of GPU memory is recorded as ``OOM`` and ends that size's sweep: the last row
 before it is the largest batch that fits without sharding.
 
@@ -141,11 +142,10 @@ def measure_ragrl(
         retriever=None, model=model, tokenizer=tokenizer,
     )  # fmt: skip
     trainer.step()  # warm-up: kernels, allocator
-    if profile is None:
-        m = trainer.step()
-    else:
+    m = trainer.step()  # the measured step, never under the profiler (it slows Python-heavy phases)
+    if profile is not None:  # a third step, profiled
         profiler = cProfile.Profile()
-        m = profiler.runcall(trainer.step)
+        profiler.runcall(trainer.step)
         text = io.StringIO()
         stats = pstats.Stats(profiler, stream=text).strip_dirs()
         stats.sort_stats("cumulative").print_stats(40)
@@ -223,7 +223,6 @@ def sweep(
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
-    profiled = False
     for questions in args.questions:
         row: dict[str, Any] = {"shape": shape, "questions": questions, "sequences": questions * args.group}
         try:
@@ -238,9 +237,9 @@ def sweep(
             row["prompt_tokens"] = round(
                 statistics.mean(len(method.protocol.prompt_ids(q, tokenizer)) for q in qs)
             )
-            profile = args.tables_dir / "profile.txt" if args.profile and not profiled else None
+            profile = args.tables_dir / "profile.txt" if args.profile and not args.profiled else None
             row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device, profile)
-            profiled = profiled or profile is not None
+            args.profiled = args.profiled or profile is not None  # the first row of the whole run
             del model
             free(device)
             row["trl"] = trl_side(shape, args, tokenizer, method, qs, batch, device, dtype)
@@ -350,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         generate_world(0, "small").write(world)
     examples = read_examples(world / "train.jsonl")[0][:64]
     tables = args.tables_dir = args.tables or args.out
+    args.profiled = False
     tables.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 

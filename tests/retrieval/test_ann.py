@@ -41,6 +41,12 @@ def test_default_specs_follow_the_corpus_size():
     assert ann.default_spec("ivf-pq", 2_000_000, 384) == "IVF4096,PQ48x8"
     assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ96x8"
     assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ48x4"  # at least ~39 training vectors a list
+    # sized on the training sample: 64 vectors a list by default, fewer lists for a smaller sample
+    assert ann.auto_train_size(2_000_000, 4096) == 262_144
+    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=100_000) == "IVF2048,PQ48x8"
+    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=5_000) == "IVF128,PQ48x4"
+    specs = ("Flat", "HNSW32", "IVF64,PQ8x4", "HNSW32_PQ16", "IVF8,SQ8", "RQ4x8")
+    assert [ann.compressed(s) for s in specs] == [False, False, True, True, True, True]
     with pytest.raises(RagrlError, match="unknown index type 'ivf'"):
         ann.default_spec("ivf", 10, 8)
     assert ann.search_params("IVF16,PQ8x4", None, None, None) == {"nprobe": 32, "rerank": 4}
@@ -108,3 +114,39 @@ def test_saved_index_loads_with_its_parameters_or_new_ones(corpus, queries, tmp_
 def test_a_bad_factory_string_is_a_clear_error(corpus):
     with pytest.raises(RagrlError, match="--index-spec 'IVF,PQ': faiss cannot build it"):
         build(corpus[:200], index_spec="IVF,PQ")
+
+
+def test_flat_fingerprints_are_what_they_were_and_a_training_sample_is_part_of_an_ivf_one(corpus):
+    # an exact index keeps the fingerprint of the code before approximate indexes existed (the
+    # retrieval cache's key): params and corpus hash as then, pinned
+    flat = build(corpus[:50])
+    assert flat.params == {
+        "model": "hashing:64",
+        "dim": 64,
+        "query_prefix": "",
+        "passage_prefix": "",
+        "normalize": True,
+    }
+    assert flat.fingerprint == "770a39a265f3706fa2e5e8fda903d0cc"
+    a, b = build(corpus, index_type="ivf-pq"), build(corpus, index_type="ivf-pq", train_size=1500)
+    assert a.params["train_size"] == N and b.params["train_size"] == 1500 and a.fingerprint != b.fingerprint
+    with pytest.raises(RagrlError, match=r"IVF64,PQ8x4: faiss cannot train it on 40 vectors .* --train-size"):
+        build(corpus, index_spec="IVF64,PQ8x4", train_size=40)
+
+
+def test_saving_vectors_links_or_copies_and_never_loses_them(corpus, queries, tmp_path, monkeypatch):
+    ivf = build(corpus, index_type="ivf-pq")
+    ivf.save(tmp_path / "a")  # a hard link to the build's file
+    loaded = load_retriever(tmp_path / "a", device="cpu")
+    loaded.save(tmp_path / "a")  # onto its own directory: the same file, kept
+    assert load_retriever(tmp_path / "a", device="cpu").recall(queries[:5]) == loaded.recall(queries[:5])
+
+    def no_links(*args):
+        raise OSError("cross-device link")
+
+    monkeypatch.setattr("os.link", no_links)
+    loaded.save(tmp_path / "b")  # copied from the open file
+    assert (tmp_path / "b" / "vectors.f32").read_bytes() == (tmp_path / "a" / "vectors.f32").read_bytes()
+    # an exact index rebuilt where an approximate one was leaves no stale vectors behind
+    build(corpus[:50]).save(tmp_path / "b")
+    assert not (tmp_path / "b" / "vectors.f32").exists()

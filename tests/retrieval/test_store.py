@@ -83,3 +83,16 @@ def test_a_loaded_bm25_index_reads_only_the_passages_it_returns(tmp_path, monkey
     # saving a loaded index onto its own directory keeps its passages
     loaded.save(tmp_path)
     assert list(BM25Retriever.load(tmp_path).passages) == PASSAGES
+
+
+def test_offsets_of_a_same_size_file_with_other_lines_are_an_error_not_wrong_passages(tmp_path):
+    PassageStore.write(tmp_path, PASSAGES)
+    path = tmp_path / CORPUS_NAME
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines[0]) != len(lines[1])
+    path.write_bytes(lines[1] + lines[0] + b"".join(lines[2:]))  # same size, other line boundaries
+    store = PassageStore.open(tmp_path)
+    with pytest.raises(
+        RagrlError, match=rf"passage 1 does not start and end on a line .* delete {OFFSETS_NAME}"
+    ):
+        store[1]

@@ -142,7 +142,13 @@ def index(
     """Build a retrieval index from corpus files and save it to a directory."""
     from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
 
-    resumable = out.is_dir() and {p.name for p in out.iterdir()} == {BUILD_FOLDER}
+    resumable = (out / BUILD_FOLDER).is_dir()  # a killed dense build: its shards are kept
+    if recall_check and retriever is RetrieverKind.bm25:
+        raise RagrlError("--recall-check measures a dense index against exact search: use --retriever dense")
+    if index_type is not IndexType.flat and retriever is RetrieverKind.bm25:
+        raise RagrlError(
+            f"--index-type {index_type.value} is for dense indexes (--retriever dense or hybrid)"
+        )
     if (
         out.exists()
         and (not out.is_dir() or any(out.iterdir()))
@@ -165,6 +171,7 @@ def index(
     if not comp_dirs and not corpus:
         raise RagrlError("give at least one CORPUS file (or --retriever hybrid --components DIR_A,DIR_B)")
     passages = _read_corpora(corpus) if not comp_dirs else None
+    (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
 
     def build_bm25():
         from ragrl.retrieval.bm25 import BM25Retriever

@@ -32,38 +32,55 @@ DEFAULT_NPROBE = 32
 DEFAULT_EF_SEARCH = 128
 DEFAULT_RERANK = 4
 DEFAULT_TRAIN_SIZE = 100_000
+MIN_PER_LIST = 39
 
 
-def default_spec(index_type: str, n: int, dim: int) -> str:
-    """The faiss factory string of ``index_type`` for ``n`` vectors of ``dim`` dimensions."""
+def default_spec(index_type: str, n: int, dim: int, train_size: int | None = None) -> str:
+    """The faiss factory string of ``index_type`` for ``n`` vectors of ``dim`` dimensions, sized so
+    that ``train_size`` training vectors (``None``: ``auto_train_size``) train it."""
     if index_type == "flat":
         return "Flat"
     if index_type == "hnsw":
         return "HNSW32"
     if index_type == "ivf-pq":
         nlist = max(1, 2 ** round(math.log2(max(1.0, 4 * math.sqrt(n)))))
-        while nlist > 1 and nlist * 39 > n:  # faiss wants ~39 training vectors a list
+        sample = min(n, train_size if train_size is not None else auto_train_size(n, nlist))
+        while nlist > 1 and nlist * MIN_PER_LIST > sample:  # faiss wants ~39 training vectors a list
             nlist //= 2
         m = next(m for m in (dim // 8, dim // 4, dim // 2, dim) if m >= 1 and dim % m == 0)
-        nbits = 8 if n >= 256 * 39 else 4  # 256 centroids a sub-quantizer need ~10k vectors
+        nbits = 8 if sample >= 256 * MIN_PER_LIST else 4  # 256 centroids a sub-quantizer: ~10k vectors
         return f"IVF{nlist},PQ{m}x{nbits}"
     raise RagrlError(f"unknown index type {index_type!r} (expected one of {', '.join(INDEX_TYPES)})")
 
 
+def auto_train_size(n: int, nlist: int) -> int:
+    """The training sample when none is given: 64 vectors a list (faiss asks for 39 to 256), at
+    least ``DEFAULT_TRAIN_SIZE``, at most the corpus (2M passages, IVF4096: 262,144 vectors)."""
+    return min(n, max(DEFAULT_TRAIN_SIZE, 64 * nlist))
+
+
+def nlist_of(spec: str) -> int:
+    found = re.search(r"IVF(\d+)", spec)
+    return int(found[1]) if found else 0
+
+
 def compressed(spec: str) -> bool:
-    """Whether the index stores compressed codes (PQ, SQ): exact re-ranking then pays."""
-    return any(part.startswith(("PQ", "SQ", "OPQ", "LSH")) for part in spec.replace(",", " ").split())
+    """Whether the index stores compressed codes (PQ, SQ, RQ, LSQ, ...): exact re-ranking then pays."""
+    return re.search(r"(^|[,_])(O?PQ|SQ|RQ|LSQ|PRQ|PLSQ|LSH)", spec) is not None
 
 
 def new_index(faiss: Any, spec: str, dim: int) -> Any:
     try:
         return faiss.index_factory(dim, spec, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as e:  # "Error in <function> at <file>:<line>: <what>": keep <what>
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "rejected"
-        what = re.search(r" at \S+:\d+: (.*)", first)
-        raise RagrlError(
-            f"--index-spec {spec!r}: faiss cannot build it ({what[1] if what else first})"
-        ) from None
+    except RuntimeError as e:
+        raise RagrlError(f"--index-spec {spec!r}: faiss cannot build it ({_faiss_message(e)})") from None
+
+
+def _faiss_message(e: BaseException) -> str:
+    """faiss's ``Error in <function> at <file>:<line>: <what>``, kept to ``<what>``."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else "rejected"
+    what = re.search(r" at \S+:\d+: (.*)", first)
+    return what[1] if what else first
 
 
 def train_sample(n: int, size: int, seed: int = 0) -> np.ndarray:
@@ -96,7 +113,13 @@ def build_from_shards(
             pick = rows[(rows >= start) & (rows < end)] - start
             sample.append(block[pick])
             start = end
-        index.train(np.ascontiguousarray(np.concatenate(sample)))
+        try:
+            index.train(np.ascontiguousarray(np.concatenate(sample)))
+        except RuntimeError as e:
+            raise RagrlError(
+                f"{spec}: faiss cannot train it on {len(rows):,} vectors ({_faiss_message(e)}); give a "
+                "larger --train-size or a smaller index (--index-spec)"
+            ) from None
     for j, read in enumerate(load):
         index.add(read())
         if on_shard is not None:
@@ -121,9 +144,9 @@ def search_params(spec: str, nprobe: int | None, ef_search: int | None, rerank: 
     """The search-time parameters that apply to ``spec``, with their defaults filled in."""
     out: dict[str, Any] = {}
     if spec.startswith("IVF") or ",IVF" in spec:
-        out["nprobe"] = nprobe or DEFAULT_NPROBE
+        out["nprobe"] = DEFAULT_NPROBE if nprobe is None else nprobe
     if "HNSW" in spec:
-        out["ef_search"] = ef_search or DEFAULT_EF_SEARCH
+        out["ef_search"] = DEFAULT_EF_SEARCH if ef_search is None else ef_search
     if compressed(spec):
         out["rerank"] = DEFAULT_RERANK if rerank is None else rerank
     for name, value in out.items():
@@ -141,7 +164,10 @@ def exact_top_k(blocks: Any, queries: np.ndarray, k: int) -> np.ndarray:
         ids = np.broadcast_to(np.arange(start, start + block.shape[0]), scores.shape)
         scores = np.concatenate([best_scores, scores], axis=1)
         ids = np.concatenate([best_ids, ids], axis=1)
-        keep = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        if scores.shape[1] > k:  # each row's k best first, then only those sorted
+            part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+            scores, ids = np.take_along_axis(scores, part, axis=1), np.take_along_axis(ids, part, axis=1)
+        keep = np.lexsort((ids, -scores), axis=1)[:, :k]
         best_scores = np.take_along_axis(scores, keep, axis=1)
         best_ids = np.take_along_axis(ids, keep, axis=1)
     return best_ids

@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import (
+    MANIFEST_NAME,
     Hit,
     check_k,
     corpus_hash,
@@ -204,6 +205,7 @@ class BM25Retriever:
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        (d / MANIFEST_NAME).unlink(missing_ok=True)  # written last: a save cut short leaves no index
         self._model.save(str(d / _BM25S_DIR), show_progress=False)
         save_corpus(d, self.passages)
         write_manifest(

@@ -18,8 +18,8 @@ faiss is an optional extra (``pip install 'ragrl[faiss]'``) imported only when a
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +32,7 @@ from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.retrieval import ann
 from ragrl.retrieval.base import (
+    MANIFEST_NAME,
     Hit,
     check_k,
     corpus_hash,
@@ -115,6 +116,22 @@ def load_encoder(path: Path | None, device: str, name: str = ""):
         raise RagrlError(f"{path}: could not load a sentence-transformers model: {e}") from None
 
 
+def encoder_signature(path: Path | None) -> str:
+    """What identifies an encoder's weights for reusing a killed build's shards: its folder's config
+    files' contents and weight files' names, sizes and times (a model fine-tuned in place, or another
+    version of the bundled package, is another encoder)."""
+    if path is None:
+        return ""
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")):
+        if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".txt", ".model"):
+            st = f.stat()
+            h.update(f"{f.relative_to(path)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+            if f.suffix == ".json" and st.st_size < 1 << 20:
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def encoder_dim(encoder: Any) -> int | None:
     fn = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
     return fn()
@@ -143,6 +160,7 @@ class DenseRetriever:
         rerank: int | None = None,
         vectors: VectorFile | None = None,
         workdir: Any = None,
+        train_size: int | None = None,
     ) -> None:
         self.encoder, self.index, self.passages = encoder, index, passages
         self.model = model
@@ -150,6 +168,7 @@ class DenseRetriever:
         self.normalize, self.batch_size, self.device = normalize, batch_size, device
         self.dim = int(index.d)
         self.spec = spec
+        self.train_size = train_size
         self.search_params = ann.search_params(spec, nprobe, ef_search, rerank)
         ann.set_search_params(
             import_faiss(),
@@ -175,6 +194,8 @@ class DenseRetriever:
         }
         if self.spec != "Flat":  # an exact index keeps the fingerprint it always had
             params |= {"index": self.spec, **self.search_params}
+            if self.train_size is not None:  # another training sample, other results
+                params["train_size"] = self.train_size
         return params
 
     @property
@@ -211,7 +232,7 @@ class DenseRetriever:
         show_progress: bool = True,
         index_type: str = "flat",
         index_spec: str | None = None,
-        train_size: int = ann.DEFAULT_TRAIN_SIZE,
+        train_size: int | None = None,
         nprobe: int | None = None,
         ef_search: int | None = None,
         rerank: int | None = None,
@@ -231,7 +252,10 @@ class DenseRetriever:
             temporary = tempfile.TemporaryDirectory(prefix="ragrl-dense-")
             workdir = temporary.name
         folder = Path(workdir) / "shards"
-        settings = {"model": name, "passage_prefix": passage_prefix, "normalize": normalize}
+        settings = {
+            "model": name, "weights": encoder_signature(path), "passage_prefix": passage_prefix,
+            "normalize": normalize,
+        }  # fmt: skip
 
         def encode_texts(texts: list[str]) -> np.ndarray:
             return encode(encoder, texts, batch_size=batch_size, normalize=normalize)
@@ -248,14 +272,20 @@ class DenseRetriever:
 
             console.print(f"kept {kept} of {len(files)} encoded shards from an earlier build in {folder}")
         dim = shard_dim(folder)
-        spec = index_spec or ann.default_spec(index_type, len(passages), dim)
+        spec = index_spec or ann.default_spec(index_type, len(passages), dim, train_size)
+        if train_size is None:
+            train_size = ann.auto_train_size(len(passages), ann.nlist_of(spec))
         readers = [lambda f=f: read_shard(f, dim) for f in files]
+        trains = not ann.new_index(faiss, spec, dim).is_trained  # its sample is part of its results
         index = ann.build_from_shards(faiss, spec, dim, readers, total=len(passages), train_size=train_size)
         vectors = None
         if spec != "Flat":  # the full vectors, for exact re-ranking and recall checks
             out = Path(workdir) / VECTORS_NAME
             join_shards(files, dim, out)
             vectors = VectorFile(out, dim, len(passages))
+        elif temporary is not None:  # an exact index holds its vectors: the shards are not needed
+            temporary.cleanup()
+            temporary = None
         return cls(
             encoder,
             index,
@@ -272,6 +302,7 @@ class DenseRetriever:
             rerank=rerank,
             vectors=vectors,
             workdir=temporary,
+            train_size=train_size if trains else None,
         )
 
     # -- search ---------------------------------------------------------------------------------
@@ -317,14 +348,12 @@ class DenseRetriever:
         faiss = import_faiss()
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        (d / MANIFEST_NAME).unlink(missing_ok=True)  # written last: a save cut short leaves no index
         faiss.write_index(self.index, str(d / _INDEX_NAME))
-        target = d / VECTORS_NAME
-        if self.vectors is not None and self.vectors.path.resolve() != target.resolve():
-            target.unlink(missing_ok=True)
-            try:  # the build's file, linked (no copy of gigabytes) where the file system allows it
-                os.link(self.vectors.path, target)
-            except OSError:
-                shutil.copyfile(self.vectors.path, target)
+        if self.vectors is not None:
+            self.vectors.save_as(d / VECTORS_NAME)
+        else:  # an exact index rebuilt where an approximate one was
+            (d / VECTORS_NAME).unlink(missing_ok=True)
         save_corpus(d, self.passages)
         write_manifest(
             d, self.kind, self.params, self.corpus_hash, self.fingerprint, num_passages=len(self.passages)
@@ -394,6 +423,7 @@ class DenseRetriever:
             ef_search=ef_search if ef_search is not None else params.get("ef_search"),
             rerank=rerank if rerank is not None else params.get("rerank"),
             vectors=vectors,
+            train_size=params.get("train_size"),
         )
 
 

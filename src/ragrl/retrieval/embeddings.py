@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,10 @@ def encode_shards(
             record_path.unlink(missing_ok=True)
             emb = np.ascontiguousarray(encode([texts(p) for p in rows]), dtype=np.float32)
             if emb.shape[0] != len(rows) or emb.ndim != 2:
-                raise RagrlError(f"the encoder returned {emb.shape} embeddings for {len(rows)} passages")
+                raise RagrlError(
+                    f"{path}: the encoder ({settings.get('model')}) returned {emb.shape} embeddings for "
+                    f"{len(rows)} passages"
+                )
             _atomic_write(path, lambda f, e=emb: f.write(e.tobytes()))
             record = {"rows": len(rows), "dim": int(emb.shape[1]), "digest": digest, "settings": settings}
             _atomic_write(record_path, lambda f, r=record: f.write(json.dumps(r, sort_keys=True)), "w")
@@ -116,7 +120,12 @@ def shard_dim(folder: Path) -> int:
 
 
 def read_shard(path: Path, dim: int) -> np.ndarray:
-    return np.fromfile(path, dtype=np.float32).reshape(-1, dim)
+    block = np.fromfile(path, dtype=np.float32)
+    if block.size % dim:
+        raise RagrlError(
+            f"{path}: {block.size} floats, not whole {dim}-dimensional vectors; delete it to re-encode"
+        )
+    return block.reshape(-1, dim)
 
 
 def join_shards(files: list[Path], dim: int, out: Path) -> int:
@@ -144,27 +153,75 @@ class VectorFile:
                 f"{path}: {size} bytes, expected {rows} vectors of {dim} float32 ({rows * dim * 4} bytes); "
                 "rebuild the index with `ragrl index`"
             )
-        self.path, self.dim, self.rows = path, dim, rows
+        self.path, self.dim, self.rows = path.resolve(), dim, rows
         self._fd = os.open(path, os.O_RDONLY)
+        self._closer = weakref.finalize(self, os.close, self._fd)  # closed with the object
         self._row_bytes = dim * 4
+
+    @property
+    def fd(self) -> int:
+        """The open file (it outlives a build folder removed under it)."""
+        if not self._closer.alive:
+            raise RagrlError(f"{self.path}: the vector file is closed")
+        return self._fd
+
+    def _read(self, size: int, offset: int) -> bytes:
+        raw = os.pread(self.fd, size, offset)
+        if len(raw) != size:
+            raise RagrlError(
+                f"{self.path}: {len(raw)} bytes at byte {offset}, expected {size} (the file shrank)"
+            )
+        return raw
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """The rows ``ids`` (any order, repeats allowed), as a ``[len(ids), dim]`` array."""
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         for j, i in enumerate(ids.tolist()):
-            raw = os.pread(self._fd, self._row_bytes, i * self._row_bytes)
-            out[j] = np.frombuffer(raw, dtype=np.float32)
+            out[j] = np.frombuffer(self._read(self._row_bytes, i * self._row_bytes), dtype=np.float32)
         return out
 
     def blocks(self, block_rows: int = 65_536):
         """``(first_row, block)`` over the whole file, in order (exact search, recall checks)."""
         for start in range(0, self.rows, block_rows):
             n = min(block_rows, self.rows - start)
-            raw = os.pread(self._fd, n * self._row_bytes, start * self._row_bytes)
+            raw = self._read(n * self._row_bytes, start * self._row_bytes)
             yield start, np.frombuffer(raw, dtype=np.float32).reshape(n, self.dim)
 
+    def same_file(self, path: Path) -> bool:
+        try:
+            other = os.stat(path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self.fd)
+        return (mine.st_dev, mine.st_ino) == (other.st_dev, other.st_ino)
+
+    def save_as(self, target: Path) -> None:
+        """This file at ``target``, replacing what is there only once the copy is whole: a hard link
+        where the file system allows it (no copy of gigabytes), else a copy read from the open file."""
+        if self.same_file(target):
+            return
+        tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        try:
+            try:
+                os.link(self.path, tmp)
+                if not self.same_file(tmp):  # the name now holds another file: copy from ours
+                    raise OSError
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                with tmp.open("wb") as f:
+                    for _, block in self.blocks():
+                        f.write(block.tobytes())
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
     def close(self) -> None:
-        os.close(self._fd)
+        self._closer()
+
+    def __getstate__(self) -> dict:
+        raise TypeError(f"a VectorFile ({self.path}) holds an open file and cannot be pickled")
 
 
 _WORD = re.compile(r"[0-9a-z]+")

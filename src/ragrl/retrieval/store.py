@@ -64,7 +64,13 @@ class PassageStore(Sequence[Passage]):
         if not 0 <= i < n:
             raise IndexError(f"passage {i} of {n}")
         start, end = int(self._offsets[i]), int(self._offsets[i + 1])
-        return self._parse(self._map[start:end], i)
+        raw = self._map[start:end]
+        if not raw.endswith(b"\n") or (start and self._map[start - 1 : start] != b"\n"):
+            raise RagrlError(
+                f"{self.path}: passage {i} does not start and end on a line (bytes {start}-{end}); the "
+                f"file changed after its offsets were written: delete {OFFSETS_NAME} beside it"
+            )
+        return self._parse(raw, i)
 
     def __iter__(self) -> Iterator[Passage]:
         for i in range(len(self)):
@@ -132,11 +138,11 @@ class PassageStore(Sequence[Passage]):
                     f.write(line)
                     offsets.append(offsets[-1] + len(line))
             _chmod_default(tmp)
-            _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64))
-            os.replace(tmp, d / CORPUS_NAME)
+            os.replace(tmp, d / CORPUS_NAME)  # then its offsets: a kill between leaves stale ones, rebuilt
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64), tolerate=False)
         return len(offsets) - 1
 
 
@@ -172,8 +178,9 @@ def _scan_offsets(path: Path) -> np.ndarray:
     return np.frombuffer(offsets, dtype=np.int64)
 
 
-def _save_offsets(path: Path, offsets: np.ndarray) -> None:
-    """Saved atomically; in a read-only index directory they stay in this process's memory."""
+def _save_offsets(path: Path, offsets: np.ndarray, *, tolerate: bool = True) -> None:
+    """Saved atomically. Rebuilt offsets (``tolerate``) that cannot be saved (a read-only index
+    directory) stay in this process's memory; a writer's failure (a full disk) is raised."""
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -184,6 +191,8 @@ def _save_offsets(path: Path, offsets: np.ndarray) -> None:
     except OSError:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+        if not tolerate:
+            raise
 
 
 def _chmod_default(path: str) -> None:
