@@ -136,3 +136,31 @@ def test_written_files_are_readable_by_others(tmp_path):
     path = tmp_path / "q.jsonl"
     write_examples(path, [Example("1", "q?", ["a"])])
     assert path.stat().st_mode & 0o044 == 0o044
+
+
+def test_iter_corpora_streams_merges_and_names_the_line_of_a_conflict(tmp_path):
+    from ragrl.data.io import iter_corpora
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write(
+        a,
+        [
+            json.dumps({"id": "0", "contents": "T\nbody"}),
+            json.dumps({"id": "0", "contents": "T\nbody"}),  # a repeat in the same file: merged
+            "{not json",
+        ],
+    )
+    _write(b, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "1", "contents": "U\nx"})])
+    stream = iter_corpora([a, b])
+    assert next(stream).id == "0"  # the first passage comes before the file is read to its end
+    with pytest.raises(DataError, match=r"a.jsonl:3"):
+        next(stream)
+    _write(
+        a, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nother"})]
+    )
+    with pytest.raises(DataError, match=r"a.jsonl:2: field 'id': duplicate id '0' with different contents"):
+        list(iter_corpora([a]))
+    _write(a, [json.dumps({"id": "0", "contents": "T\nbody"})])
+    reports = []
+    assert [p.id for p in iter_corpora([a, b], reports)] == ["0", "1"]
+    assert [r.read for r in reports] == [1, 2]  # a passage in both files counts in both, is kept once

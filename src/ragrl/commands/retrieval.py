@@ -51,13 +51,18 @@ def _human_size(n: int) -> str:
     return f"{size:.1f} GB"
 
 
-def _read_corpora(paths: list[Path]):
-    from ragrl.data.io import read_corpora
+def _read_corpora(paths: list[Path], folder: Path):
+    """The corpus files merged by id, streamed into a passage store in ``folder`` (so a corpus of
+    millions of passages is never held in memory) and opened from there."""
+    from ragrl.data.io import iter_corpora
+    from ragrl.retrieval.store import PassageStore
 
-    passages, reports = read_corpora(paths)
+    reports: list[Any] = []
+    with console.status("reading the corpus"):
+        PassageStore.write(folder, iter_corpora(paths, reports))
     for report in reports:
         console.print(f"read {report.read:,} passages from {report.path}", highlight=False)
-    return passages
+    return PassageStore.open(folder)
 
 
 def index(
@@ -115,16 +120,21 @@ def index(
         ),
     ] = None,
     train_size: Annotated[
-        int, typer.Option(help="Dense: vectors an IVF / PQ index is trained on (a random sample).", min=1)
-    ] = 100_000,
+        int | None,
+        typer.Option(
+            help="Dense: vectors an IVF / PQ index is trained on, drawn at random (default: 64 a list, at "
+            "least 100,000).",
+            min=1,
+        ),
+    ] = None,
     nprobe: Annotated[
-        int | None, typer.Option(help="Dense IVF: lists a search visits (default 32).", min=1)
+        int | None, typer.Option(help="Dense IVF: lists a search visits (default 64).", min=1)
     ] = None,
     ef_search: Annotated[int | None, typer.Option(help="Dense HNSW: efSearch (default 128).", min=1)] = None,
     rerank: Annotated[
         int | None,
         typer.Option(
-            help="Dense PQ: re-score rerank × k candidates exactly (default 4; 0 or 1: off).", min=0
+            help="Dense PQ: re-score rerank × k candidates exactly (default 10; 0 or 1: off).", min=0
         ),
     ] = None,
     shard_size: Annotated[
@@ -170,7 +180,7 @@ def index(
             )
     if not comp_dirs and not corpus:
         raise RagrlError("give at least one CORPUS file (or --retriever hybrid --components DIR_A,DIR_B)")
-    passages = _read_corpora(corpus) if not comp_dirs else None
+    passages = _read_corpora(corpus, out / BUILD_FOLDER / "corpus") if not comp_dirs else None
     (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
 
     def build_bm25():

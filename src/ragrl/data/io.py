@@ -8,6 +8,7 @@ skipped and why. Nothing is ever dropped without being reported.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import tempfile
@@ -227,8 +228,68 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
 
     Duplicate ids with the same content are merged; the same id with different content is an error.
     """
-    p = require_file(path)
-    report = LoadReport(str(p))
+    reports: list[LoadReport] = []
+    passages = list(iter_corpora([path], reports, skip_invalid=skip_invalid))
+    return passages, reports[0]
+
+
+def read_corpora(paths: Iterable[str | Path]) -> tuple[list[Passage], list[LoadReport]]:
+    """Read several corpus files and merge them by passage id (first-seen order).
+
+    The same id with different contents in two files is a ``DataError`` naming the later file.
+    """
+    reports: list[LoadReport] = []
+    return list(iter_corpora(paths, reports)), reports
+
+
+def iter_corpora(
+    paths: Iterable[str | Path], reports: list[LoadReport] | None = None, *, skip_invalid: bool = False
+) -> Iterator[Passage]:
+    """The passages of several corpus files merged by id, streamed: what ``read_corpora`` returns,
+    one passage at a time (a jsonl file is never held whole; a JSON array file is). It keeps an 8-byte
+    digest of each id's contents, not the passages, to merge repeats and refuse conflicts. Each file's
+    ``LoadReport`` is appended to ``reports`` when the file is done."""
+    seen: dict[str, int] = {}  # id -> (contents digest << 16) | file number
+    for number, path in enumerate(paths):
+        p = require_file(path)
+        report = LoadReport(str(p))
+        read = 0
+        for n, where, passage in _corpus_records(p, report, skip_invalid):
+            digest = int.from_bytes(hashlib.blake2b(passage.contents.encode(), digest_size=6).digest(), "big")
+            mark = (digest << 16) | (number & 0xFFFF)
+            old = seen.get(passage.id)
+            if old is None:
+                seen[passage.id] = mark
+                read += 1
+                yield passage
+                continue
+            same_file = (old & 0xFFFF) == (number & 0xFFFF)
+            if old >> 16 != digest:
+                if same_file:
+                    e = DataError(
+                        f"duplicate id {passage.id!r} with different contents",
+                        path=p, line=n if where == "line" else None, field="id",
+                    )  # fmt: skip
+                    if not skip_invalid:
+                        raise e
+                    report.skipped.append(e)
+                    continue
+                raise DataError(
+                    f"passage id {passage.id!r} has different contents in an earlier corpus file",
+                    path=p, field="id",
+                )  # fmt: skip
+            if same_file:
+                report.warnings.append(f"{where} {n}: duplicate of passage {passage.id}, merged")
+            else:
+                read += 1  # counted in this file too, kept once
+        report.read = read
+        if reports is not None:
+            reports.append(report)
+
+
+def _corpus_records(p: Path, report: LoadReport, skip_invalid: bool) -> Iterator[tuple[int, str, Passage]]:
+    """``(line or item number, "line" | "item", passage)`` of one corpus file; invalid records raise,
+    or with ``skip_invalid`` go to ``report.skipped``."""
     with p.open("rb") as f:
         head = f.read(1024).lstrip()
     if head.startswith(b"["):
@@ -241,58 +302,17 @@ def read_corpus(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[P
     else:
         records = iter_jsonl(p, on_error="yield")
         where = "line"
-    by_id: dict[str, Passage] = {}
     for n, record in records:
         try:
             if isinstance(record, DataError):
                 raise record
-            passage = _passage_from_record(record, str(p), n)
+            yield n, where, _passage_from_record(record, str(p), n)
         except DataError as e:
             if where == "item":
                 e = DataError(e.message, path=p, field=e.field, record=f"JSON array item [{n - 1}]")
             if not skip_invalid:
                 raise e from None
             report.skipped.append(e)
-            continue
-        old = by_id.get(passage.id)
-        if old is not None and old != passage:
-            e = DataError(
-                f"duplicate id {passage.id!r} with different contents",
-                path=p,
-                line=n if where == "line" else None,
-                field="id",
-            )
-            if not skip_invalid:
-                raise e
-            report.skipped.append(e)
-            continue
-        if old is not None:
-            report.warnings.append(f"{where} {n}: duplicate of passage {passage.id}, merged")
-        by_id[passage.id] = passage
-    report.read = len(by_id)
-    return list(by_id.values()), report
-
-
-def read_corpora(paths: Iterable[str | Path]) -> tuple[list[Passage], list[LoadReport]]:
-    """Read several corpus files and merge them by passage id (first-seen order).
-
-    The same id with different contents in two files is a ``DataError`` naming the later file.
-    """
-    merged: dict[str, Passage] = {}
-    reports = []
-    for path in paths:
-        passages, report = read_corpus(path)
-        for p in passages:
-            old = merged.get(p.id)
-            if old is not None and old != p:
-                raise DataError(
-                    f"passage id {p.id!r} has different contents in an earlier corpus file",
-                    path=path,
-                    field="id",
-                )
-            merged[p.id] = p
-        reports.append(report)
-    return list(merged.values()), reports
 
 
 def write_corpus(path: str | Path, passages: Iterable[Passage]) -> int:

@@ -28,9 +28,9 @@ import numpy as np
 from ragrl.errors import RagrlError
 
 INDEX_TYPES = ("flat", "hnsw", "ivf-pq")
-DEFAULT_NPROBE = 32
+DEFAULT_NPROBE = 64
 DEFAULT_EF_SEARCH = 128
-DEFAULT_RERANK = 4
+DEFAULT_RERANK = 10
 DEFAULT_TRAIN_SIZE = 100_000
 MIN_PER_LIST = 39
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -66,10 +66,13 @@ class Retriever(Protocol):
     def save(self, directory: str | Path) -> None: ...
 
 
-def corpus_hash(passages: Iterable[Passage]) -> str:
-    """A content hash of a corpus that does not depend on passage order (sha256, hex)."""
+def corpus_hash(passages: Sequence[Passage]) -> str:
+    """A content hash of a corpus that does not depend on passage order (sha256, hex). Only the ids are
+    held to sort them: a corpus on disk (``PassageStore``) is read twice, never held whole."""
+    ids = [p.id for p in passages]
     h = hashlib.sha256()
-    for p in sorted(passages, key=lambda p: p.id):
+    for i in sorted(range(len(ids)), key=ids.__getitem__):
+        p = passages[i]
         h.update(f"{p.id}\t{p.title}\t{p.text}\n".encode())
     return h.hexdigest()
 
@@ -140,7 +143,7 @@ def save_corpus(directory: str | Path, passages: Iterable[Passage]) -> int:
 
 
 def load_corpus(directory: str | Path, expected: int | None = None) -> PassageStore:
-    """The index's passages, memory-mapped and read on demand; ``expected``: the manifest's count."""
+    """The index's passages, on disk and read on demand; ``expected``: the manifest's count."""
     return PassageStore.open(directory, expected)
 
 

@@ -24,6 +24,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import bm25s  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ragrl.console import progress_bar
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import (
@@ -39,6 +40,8 @@ from ragrl.retrieval.base import (
     save_corpus,
     write_manifest,
 )
+from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks
+from ragrl.retrieval.store import own_copy
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 _BM25S_DIR = "bm25s"
@@ -106,17 +109,17 @@ class BM25Retriever:
             raise RagrlError(f"unknown BM25 method {method!r} (expected one of {', '.join(METHODS)})")
         if not passages:
             raise RagrlError("cannot build a BM25 index from an empty corpus")
-        tokens = bm25s.tokenize(
-            [p.contents for p in passages],
-            stopwords=stopwords or [],
-            stemmer=_make_stemmer(stemmer),
-            show_progress=show_progress,
-        )
         model = bm25s.BM25(method=method, k1=k1, b=b, delta=delta)
-        model.index(tokens, show_progress=show_progress)
+        chunks = 2 * ((len(passages) + CHUNK - 1) // CHUNK)  # two passes over the passages
+        with progress_bar(disable=not show_progress) as bar:
+            task = bar.add_task(f"indexing {len(passages):,} passages with BM25", total=chunks)
+            build_in_chunks(
+                passages, model, stopwords=stopwords or [], stemmer=_make_stemmer(stemmer),
+                on_chunk=lambda: bar.advance(task),
+            )  # fmt: skip
         return cls(
             model,
-            list(passages),
+            own_copy(passages),
             method=method,
             k1=k1,
             b=b,
@@ -178,8 +181,9 @@ class BM25Retriever:
         model, passages = self._model, self.passages
         flatnonzero, lexsort = np.flatnonzero, np.lexsort
         out: list[list[Hit]] = []
+        empty = model.vocab_dict.get("")  # the token of a text without terms: matches nothing
         for query in tokens:
-            ids = model.get_tokens_ids(query)
+            ids = [i for i in model.get_tokens_ids(query) if i != empty]
             if not ids:
                 out.append([])
                 continue
@@ -221,7 +225,8 @@ class BM25Retriever:
         require_files(d, _BM25S_DIR + "/params.index.json", _BM25S_DIR + "/vocab.index.json")
         params = manifest["params"]
         try:
-            model = bm25s.BM25.load(str(d / _BM25S_DIR), show_progress=False)
+            # the score arrays memory-mapped: a search reads only its terms' columns
+            model = bm25s.BM25.load(str(d / _BM25S_DIR), show_progress=False, mmap=True)
         except (OSError, ValueError, KeyError, EOFError) as e:  # a truncated .npy, a broken json
             raise RagrlError(
                 f"{d}: the bm25s index files are damaged ({type(e).__name__}: {e}); "

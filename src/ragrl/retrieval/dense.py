@@ -54,6 +54,7 @@ from ragrl.retrieval.embeddings import (
     read_shard,
     shard_dim,
 )
+from ragrl.retrieval.store import own_copy
 
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 _INDEX_NAME = "faiss.index"
@@ -289,7 +290,7 @@ class DenseRetriever:
         return cls(
             encoder,
             index,
-            passages,
+            own_copy(passages),
             model=name,
             query_prefix=query_prefix,
             passage_prefix=passage_prefix,

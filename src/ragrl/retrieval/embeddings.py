@@ -50,6 +50,9 @@ def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") ->
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -250,11 +253,16 @@ class HashingEncoder:
         return slot
 
     def encode(self, texts: list[str], *, normalize_embeddings: bool = True, **_: Any) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        rows, cols, signs = [], [], []
         for row, text in enumerate(texts):
-            for word in _WORD.findall(text.lower()):
-                col, sign = self._slot(word)
-                out[row, col] += sign
+            slots = [self._slot(word) for word in _WORD.findall(text.lower())]
+            rows.extend([row] * len(slots))
+            cols.extend(c for c, _ in slots)
+            signs.extend(s for _, s in slots)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(
+            out, (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)), np.array(signs, np.float32)
+        )
         if normalize_embeddings:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out /= np.where(norms > 0, norms, 1.0)

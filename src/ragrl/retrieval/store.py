@@ -2,10 +2,11 @@
 
 An index directory keeps its passages in ``corpus.jsonl`` (the interchange format, one canonical
 ``{id, contents}`` record a line) and, beside it, ``corpus.offsets.npy``: the byte offset where each
-passage's line starts, then the file's size (``int64``, ``n + 1`` values). ``PassageStore`` maps both
-files and parses passage ``i`` only when it is asked for, so a loaded index costs 8 bytes a passage
-in memory plus the pages of the lines it has read (which the kernel may drop again), not a Python
-object a passage: 21M Wikipedia passages are ~13 GB as ``Passage`` objects and 168 MB of offsets.
+passage's line starts, then the file's size (``int64``, ``n + 1`` values). ``PassageStore`` maps the
+offsets and reads passage ``i``'s line (one ``pread``) only when it is asked for, so a loaded index
+costs 8 bytes a passage in memory, not a Python object a passage: 21M Wikipedia passages are ~13 GB
+as ``Passage`` objects and 168 MB of offsets. What was read stays in the kernel's page cache, not in
+the process.
 
 Writing streams: ``PassageStore.write(directory, passages)`` takes any iterable, holds one line at a
 time and writes both files atomically (temporary files renamed into place). An index directory written
@@ -18,9 +19,10 @@ file (another length, another size) are a ``RagrlError`` naming the file, never 
 from __future__ import annotations
 
 import json
-import mmap
 import os
+import shutil
 import tempfile
+import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -36,14 +38,13 @@ OFFSETS_NAME = "corpus.offsets.npy"
 
 
 class PassageStore(Sequence[Passage]):
-    """The passages of an index directory, read by position from the memory-mapped ``corpus.jsonl``."""
+    """The passages of an index directory, read by position from its ``corpus.jsonl`` (one ``pread`` each)."""
 
     def __init__(self, path: Path, offsets: np.ndarray) -> None:
         self.path = path
         self._offsets = offsets
-        self._file = path.open("rb")
-        size = os.fstat(self._file.fileno()).st_size
-        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._fd = os.open(path, os.O_RDONLY)
+        self._closer = weakref.finalize(self, os.close, self._fd)  # closed with the store
 
     # -- reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -64,8 +65,14 @@ class PassageStore(Sequence[Passage]):
         if not 0 <= i < n:
             raise IndexError(f"passage {i} of {n}")
         start, end = int(self._offsets[i]), int(self._offsets[i + 1])
-        raw = self._map[start:end]
-        if not raw.endswith(b"\n") or (start and self._map[start - 1 : start] != b"\n"):
+        # one positioned read, the byte before included: the page cache holds what was read, not this
+        # process (a memory map's pages would count in its resident memory)
+        before = 1 if start else 0
+        raw = os.pread(self._fd, end - start + before, start - before)
+        if before and raw[:1] != b"\n":
+            raw = b""  # not the start of a line
+        raw = raw[before:]
+        if not raw.endswith(b"\n"):
             raise RagrlError(
                 f"{self.path}: passage {i} does not start and end on a line (bytes {start}-{end}); the "
                 f"file changed after its offsets were written: delete {OFFSETS_NAME} beside it"
@@ -73,8 +80,13 @@ class PassageStore(Sequence[Passage]):
         return self._parse(raw, i)
 
     def __iter__(self) -> Iterator[Passage]:
-        for i in range(len(self)):
-            yield self[i]
+        """Every passage in order, read sequentially (a buffered file, not a read per passage)."""
+        with self.path.open("rb") as f:
+            for i in range(len(self)):
+                start, end = int(self._offsets[i]), int(self._offsets[i + 1])
+                if f.tell() != start:
+                    f.seek(start)
+                yield self._parse(f.read(end - start), i)
 
     def _parse(self, raw: bytes, i: int) -> Passage:
         try:
@@ -88,10 +100,30 @@ class PassageStore(Sequence[Passage]):
                 "rebuild the index with `ragrl index`"
             ) from None
 
+    def _save_as(self, d: Path) -> None:
+        """This store's two files in ``d`` (a hard link, else a copy), each renamed into place whole."""
+        if (d / CORPUS_NAME).exists() and os.path.samefile(d / CORPUS_NAME, self.path):
+            return
+        offsets = np.asarray(self._offsets)
+        for source, name in ((self.path, CORPUS_NAME), (None, OFFSETS_NAME)):
+            tmp = d / f".{name}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            try:
+                if source is None:
+                    with tmp.open("wb") as f:
+                        np.save(f, offsets)
+                else:
+                    try:
+                        os.link(source, tmp)
+                    except OSError:
+                        shutil.copyfile(source, tmp)
+                os.replace(tmp, d / name)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+
     def close(self) -> None:
-        if isinstance(self._map, mmap.mmap):
-            self._map.close()
-        self._file.close()
+        self._closer()
 
     def __repr__(self) -> str:
         return f"PassageStore({len(self)} passages, {self.path})"
@@ -126,9 +158,13 @@ class PassageStore(Sequence[Passage]):
     @staticmethod
     def write(directory: str | Path, passages: Iterable[Passage]) -> int:
         """Write ``corpus.jsonl`` and its offsets into ``directory``, streaming; returns the count.
-        Writing a store onto its own files is allowed (the old files stay mapped until replaced)."""
+        A store's own files are linked (or copied) as they are; writing a store onto its own files is
+        allowed (the old files stay mapped until replaced)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        if isinstance(passages, PassageStore):
+            passages._save_as(d)
+            return len(passages)
         offsets = array("q", [0])
         fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{CORPUS_NAME}.", suffix=".tmp")
         try:
@@ -199,3 +235,9 @@ def _chmod_default(path: str) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+
+
+def own_copy(passages: Sequence[Passage]) -> Sequence[Passage]:
+    """What a retriever keeps of the passages it was built on: a store as it is (on disk, read-only),
+    anything else copied into a list (the caller may change its own afterwards)."""
+    return passages if isinstance(passages, PassageStore) else list(passages)

@@ -1,0 +1,294 @@
+"""Retrieval at scale on this machine: a synthetic corpus of N passages, an IVF-PQ index built in
+bounded memory, its speed and recall against exact search, and ``ragrl serve`` under 20 clients.
+
+    .venv/bin/python benchmarks/retrieval_scale.py --passages 2000000 --workdir runs/retrieval-scale
+
+Every step runs the real command in its own process and records its wall time and peak RSS (the
+kernel's ``ru_maxrss`` of that process, from ``os.wait4``):
+
+1. ``ragrl data synth-corpus -n N`` (``ragrl.synth.scale``: ~100-word passages on 2,000 topics);
+2. ``ragrl index --retriever dense --model hashing:384 --index-type ivf-pq --recall-check 200``: the
+   cheap deterministic hashing encoder (MiniLM's 384 dimensions; MiniLM itself encodes ~100 real
+   passages a second here, so 2M would take ~6 hours); with ``--bm25``, also ``ragrl index
+   --retriever bm25`` over the same corpus (built in chunks: ``ragrl.retrieval.bm25_build``) and a
+   hybrid index of the two;
+3. queries/s at batch 32 of the IVF-PQ index (with its exact re-ranking) and of an exact flat index over
+   the same vectors (``vectors.f32`` read into ``IndexFlatIP`` here), the same 320 queries (the first
+   sentences of random passages, encoded once), and recall@10 of the IVF-PQ index against the flat one;
+4. ``ragrl serve`` over the IVF-PQ index (and, with ``--bm25``, over a hybrid index holding both the
+   BM25 and the IVF-PQ index): its RSS once loaded and after 20 concurrent clients sent 20 requests of
+   8 queries each, their errors and latencies;
+5. bytes a passage of each file of the index, and the projection to 21M passages of e5-base (768-d).
+
+Steps whose output is already in ``--workdir`` are reused. Prints one table (markdown); the last line
+is the queries/s ratio IVF-PQ ÷ flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_setup import open_workdir  # noqa: E402
+
+RAGRL = [sys.executable, "-m", "ragrl"]
+
+
+def run(command: list[str], log: Path) -> dict[str, Any]:
+    """Run ``command`` (its output in ``log``); its wall seconds and peak RSS in MB. A failure exits."""
+    t0 = time.perf_counter()
+    with log.open("w") as f:
+        proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({proc.returncode}); see {log}:\n{log.read_text()[-2000:]}")
+    return {"seconds": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024)}
+
+
+def step(name: str, done: Path, command: list[str], workdir: Path, record: dict[str, Any]) -> None:
+    """One recorded step, skipped when ``done`` exists and the record has it (``steps.json``)."""
+    if done.exists() and name in record:
+        print(f"{name}: reused ({record[name]})", flush=True)
+        return
+    print(f"{name}: {' '.join(command[2:])}", flush=True)
+    record[name] = run(command, workdir / f"{name}.log")
+    (workdir / "steps.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"{name}: {record[name]}", flush=True)
+
+
+def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
+    """Queries/s at ``batch`` of the index and of an exact flat index over its vectors; recall@10."""
+    import faiss
+
+    from ragrl.retrieval.base import load_retriever
+
+    dense = load_retriever(index_dir, device="cpu")
+    rng = random.Random(0)
+    rows = rng.sample(range(len(dense.passages)), n_queries)
+    queries = [" ".join(dense.passages[i].text.split(".")[0].split()[:20]) for i in rows]
+    emb = dense._encode([dense.query_prefix + q for q in queries])
+    flat = faiss.IndexFlatIP(dense.dim)
+    for _, block in dense.vectors.blocks():
+        flat.add(np.ascontiguousarray(block))
+    out: dict[str, Any] = {"queries": n_queries, "batch": batch, "threads": faiss.omp_get_max_threads()}
+    found: dict[str, list[list[int]]] = {}
+    for name, search in (
+        ("ivf_pq", lambda e: [[i for i, _ in r] for r in dense.search_vectors(e, 10)]),
+        ("flat", lambda e: flat.search(e, 10)[1].tolist()),
+    ):
+        search(emb[:batch])  # warm-up
+        t0 = time.perf_counter()
+        found[name] = [ids for s in range(0, n_queries, batch) for ids in search(emb[s : s + batch])]
+        out[f"{name}_qps"] = round(n_queries / (time.perf_counter() - t0), 1)
+    out["recall@10"] = round(
+        statistics.mean(
+            len(set(a) & set(e)) / 10 for a, e in zip(found["ivf_pq"], found["flat"], strict=True)
+        ),
+        4,
+    )
+    out["ratio"] = round(out["ivf_pq_qps"] / out["flat_qps"], 1)
+    out["flat_index_mb"] = round(flat.ntotal * dense.dim * 4 / 2**20)
+    return out
+
+
+def rss_mb(pid: int) -> dict[str, int]:
+    """The process's resident set now and at its peak (``/proc/PID/status``), in MB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = round(int(value.split()[0]) / 1024)
+    return {"rss_mb": fields["VmRSS"], "peak_rss_mb": fields["VmHWM"]}
+
+
+def serve(index_dir: Path, queries: list[str], clients: int, requests: int, per_request: int) -> dict:
+    """``ragrl serve`` over ``index_dir``; ``clients`` threads each sending ``requests`` requests."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [*RAGRL, "serve", str(index_dir), "--port", str(port), "--device", "cpu"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.perf_counter() - t0 > 600:
+                sys.exit(f"ragrl serve {index_dir} did not start")
+            time.sleep(1)
+        loaded = {"load_seconds": round(time.perf_counter() - t0, 1), **rss_mb(server.pid)}
+        errors, latencies = [], []
+        lock = threading.Lock()
+
+        def client(c: int) -> None:
+            rng = random.Random(c)
+            with httpx.Client(timeout=120) as http:
+                for _ in range(requests):
+                    body = {"queries": rng.sample(queries, per_request), "topk": 5, "return_scores": True}
+                    t = time.perf_counter()
+                    try:
+                        r = http.post(f"{url}/retrieve", json=body)
+                        ok = r.status_code == 200 and len(r.json()["result"]) == per_request
+                    except httpx.HTTPError as e:
+                        ok, r = False, e
+                    with lock:
+                        latencies.append(time.perf_counter() - t)
+                        if not ok:
+                            errors.append(str(r)[:200])
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+        t1 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t1
+        after = rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    latencies.sort()
+    return {
+        "loaded": loaded, "after": after, "clients": clients, "requests": clients * requests,
+        "queries_per_request": per_request, "errors": len(errors), "first_errors": errors[:3],
+        "p50_s": round(latencies[len(latencies) // 2], 3),
+        "p99_s": round(latencies[int(len(latencies) * 0.99)], 3),
+        "queries_per_s": round(clients * requests * per_request / wall, 1),
+    }  # fmt: skip
+
+
+def sizes(index_dir: Path, n: int) -> dict[str, float]:
+    """Bytes a passage of each file of the index."""
+    return {p.name: round(p.stat().st_size / n, 1) for p in sorted(index_dir.iterdir()) if p.is_file()}
+
+
+def projection(n: int = 21_000_000, dim: int = 768) -> list[tuple[str, float]]:
+    """Bytes of each index type for ``n`` passages of ``dim`` dimensions, from faiss's layouts: a flat
+    index stores 4·dim bytes a vector; HNSW32 that and 2·32 int32 links on level 0 (upper levels add
+    ~1/32 of that); IVF-PQ dim/8 one-byte codes and an 8-byte id a vector, plus the coarse centroids."""
+    from ragrl.retrieval import ann
+
+    spec = ann.default_spec("ivf-pq", n, dim)
+    nlist, m = ann.nlist_of(spec), dim // 8
+    return [
+        ("flat (IndexFlatIP, in memory)", n * dim * 4),
+        ("hnsw (HNSW32, in memory)", n * (dim * 4 + 2 * 32 * 4 * (1 + 1 / 32))),
+        (f"ivf-pq ({spec}, in memory)", n * (m + 8) + nlist * dim * 4),
+        ("ivf-pq's vectors.f32 (on disk, read by row for re-ranking)", n * dim * 4),
+        ("corpus offsets (in memory)", n * 8),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--passages", type=int, default=2_000_000)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--bm25", action="store_true", help="also build a BM25 index (in memory: bm25s)")
+    ap.add_argument("--queries", type=int, default=320)
+    ap.add_argument("--clients", type=int, default=20)
+    args = ap.parse_args()
+    tmp, work = open_workdir(args.workdir, "ragrl-retrieval-scale-")
+    record_path = work / "steps.json"
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    corpus, ivf, bm25 = work / "corpus.jsonl", work / "ivf-pq", work / "bm25"
+    n = args.passages
+    step(
+        "synth-corpus",
+        corpus,
+        [*RAGRL, "data", "synth-corpus", "-n", str(n), "--out", str(corpus)],
+        work,
+        record,
+    )
+    step(
+        "index ivf-pq", ivf / "retriever.json",
+        [*RAGRL, "index", str(corpus), "--retriever", "dense", "--model", "hashing:384", "--index-type",
+         "ivf-pq", "--recall-check", "200", "--out", str(ivf)],
+        work, record,
+    )  # fmt: skip
+    hybrid = work / "hybrid"
+    if args.bm25:
+        step(
+            "index bm25",
+            bm25 / "retriever.json",
+            [*RAGRL, "index", str(corpus), "--out", str(bm25)],
+            work,
+            record,
+        )
+        step(
+            "index hybrid", hybrid / "retriever.json",
+            [*RAGRL, "index", "--retriever", "hybrid", "--components", f"{bm25},{ivf}", "--out", str(hybrid)],
+            work, record,
+        )  # fmt: skip
+    print("speed ...", flush=True)
+    record["speed"] = speed(ivf, args.queries, 32)
+    print(record["speed"], flush=True)
+    rng = random.Random(1)
+    from ragrl.retrieval.store import PassageStore
+
+    store = PassageStore.open(ivf)
+    queries = [" ".join(store[i].text.split(".")[0].split()[:12]) for i in rng.sample(range(n), 400)]
+    served = [("serve ivf-pq", ivf), *([("serve bm25 + ivf-pq (hybrid)", hybrid)] if args.bm25 else [])]
+    for name, index_dir in served:
+        print(f"{name} ...", flush=True)
+        record[name] = serve(index_dir, queries, args.clients, 20, 8)
+        print(record[name], flush=True)
+    record["bytes a passage"] = sizes(ivf, n)
+    record["recall check"] = json.loads((ivf / "recall.json").read_text())
+    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+    lines = [f"| step ({n:,} passages) | wall s | peak RSS MB |", "|---|---|---|"]
+    lines += [
+        f"| {k} | {v['seconds']} | {v['peak_rss_mb']:,} |" for k, v in record.items() if "peak_rss_mb" in v
+    ]
+    sp = record["speed"]
+    lines += ["", "| figure | value |", "|---|---|"]
+    lines += [
+        f"| IVF-PQ queries/s at batch {sp['batch']} (with re-ranking) | {sp['ivf_pq_qps']:,} |",
+        f"| flat queries/s at batch {sp['batch']}, same vectors ({sp['flat_index_mb']:,} MB) | "
+        f"{sp['flat_qps']:,} |",
+        f"| recall@10 of IVF-PQ against flat, {sp['queries']} queries | {sp['recall@10']} |",
+        f"| recall check of `ragrl index` (200 queries) | {record['recall check']} |",
+    ]  # fmt: skip
+    for name, _ in served:
+        sv = record[name]
+        lines += [
+            f"| {name}: RSS loaded / after {sv['requests']} requests (peak) | {sv['loaded']['rss_mb']:,} / "
+            f"{sv['after']['rss_mb']:,} ({sv['after']['peak_rss_mb']:,}) MB |",
+            f"| {name}: {sv['clients']} clients, errors / p50 / p99 / queries/s | {sv['errors']} / "
+            f"{sv['p50_s']} s / {sv['p99_s']} s / {sv['queries_per_s']} |",
+        ]  # fmt: skip
+    lines += ["", "| file | bytes a passage |", "|---|---|"]
+    lines += [f"| {k} | {v:,} |" for k, v in record["bytes a passage"].items()]
+    lines += ["", "| 21M passages, e5-base (768-d) | projected GB |", "|---|---|"]
+    lines += [f"| {name} | {b / 1e9:,.1f} |" for name, b in projection()]
+    print("\n".join(lines))
+    print(f"IVF-PQ ÷ flat queries/s at batch 32: {sp['ratio']}")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""A bm25s index built a chunk of passages at a time, so a corpus of millions never sits in memory.
+
+bm25s's own ``BM25.index`` takes every document's token ids as Python lists at once: for 2M passages
+that is ~130M Python integers. ``build_in_chunks`` gives the same index (the same vocabulary, the same
+scores to float32 rounding, the same files) from three passes over the passages:
+
+1. each chunk is tokenized with ``bm25s.tokenize`` (the function queries go through), its token ids
+   mapped onto one growing vocabulary and written to a chunk file on disk; each term's document
+   frequency and each document's length are counted;
+2. the idf (and, for BM25L / BM25+, the non-occurrence scores) comes from bm25s's own functions over
+   those counts;
+3. each chunk's term frequencies become scores with bm25s's own term-frequency scorer and are placed
+   straight into the index's compressed-column arrays, whose size the document frequencies give.
+
+Memory: the final arrays (8 bytes a (passage, term) pair: ~1 GB for 2M passages of ~100 words), the
+vocabulary and one chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # as ragrl.retrieval.bm25: bm25s may start JAX on import
+
+import bm25s  # noqa: E402
+import numpy as np  # noqa: E402
+from bm25s.scoring import (  # noqa: E402
+    _build_idf_array,
+    _build_nonoccurrence_array,
+    _select_idf_scorer,
+    _select_tfc_scorer,
+)
+
+from ragrl.data.schema import Passage  # noqa: E402
+
+CHUNK = 100_000
+
+
+def build_in_chunks(
+    passages: Sequence[Passage],
+    model: bm25s.BM25,
+    *,
+    stopwords: Any,
+    stemmer: Any,
+    chunk: int = CHUNK,
+    workdir: str | Path | None = None,
+    on_chunk: Callable[[], None] | None = None,
+) -> bm25s.BM25:
+    """Index ``passages`` (``title + "\\n" + text``) into ``model`` (its method, k1, b, delta);
+    ``on_chunk()`` after each chunk of each of the two passes over the passages."""
+    n = len(passages)
+    with tempfile.TemporaryDirectory(prefix="ragrl-bm25-", dir=workdir) as tmp:
+        files, vocab, df, lengths = _count(passages, Path(tmp), stopwords, stemmer, chunk, on_chunk)
+        if "" not in vocab:  # as bm25s's index(): the empty token scores documents without a term
+            vocab[""] = len(vocab)
+            df = np.append(df, 0)
+        frequencies = dict(enumerate(df.tolist()))
+        avg = float(lengths.mean())
+        idf = _build_idf_array(frequencies, n, _select_idf_scorer(model.idf_method), model.dtype)
+        nonoccurrence = None
+        if model.method in model.methods_requiring_nonoccurrence:
+            nonoccurrence = _build_nonoccurrence_array(
+                doc_frequencies=frequencies, n_docs=n, compute_idf_fn=_select_idf_scorer(model.idf_method),
+                calculate_tfc_fn=_select_tfc_scorer(model.method), l_d=avg, l_avg=avg, k1=model.k1, b=model.b,
+                delta=model.delta, dtype=model.dtype,
+            )  # fmt: skip
+        data, indices, indptr = _scores(files, model, df, lengths, avg, idf, nonoccurrence, on_chunk)
+    model.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n}
+    model.vocab_dict = vocab
+    model.unique_token_ids_set = set(vocab.values())
+    model.nonoccurrence_array = nonoccurrence
+    return model
+
+
+def _count(
+    passages: Sequence[Passage],
+    folder: Path,
+    stopwords: Any,
+    stemmer: Any,
+    chunk: int,
+    on_chunk: Callable[[], None] | None,
+) -> tuple[list[Path], dict[str, int], np.ndarray, np.ndarray]:
+    """Pass 1: chunk files of global token ids, the vocabulary, document frequencies, lengths."""
+    vocab: dict[str, int] = {}
+    df = np.zeros(0, dtype=np.int64)
+    lengths = np.zeros(len(passages), dtype=np.int64)
+    files = []
+    for j, start in enumerate(range(0, len(passages), chunk)):
+        end = min(start + chunk, len(passages))
+        texts = [passages[i].contents for i in range(start, end)]
+        tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False)
+        local = np.empty(len(tokens.vocab), dtype=np.int64)
+        for token, i in tokens.vocab.items():
+            local[i] = vocab.setdefault(token, len(vocab))
+        sizes = np.fromiter((len(d) for d in tokens.ids), dtype=np.int64, count=len(tokens.ids))
+        ids = local[np.fromiter(chain.from_iterable(tokens.ids), dtype=np.int64, count=int(sizes.sum()))]
+        lengths[start:end] = sizes
+        docs = np.repeat(np.arange(end - start, dtype=np.int64), sizes)
+        pairs = np.unique(docs * len(vocab) + ids)  # each (document, term) once
+        df = np.pad(df, (0, len(vocab) - len(df)))
+        df += np.bincount(pairs % len(vocab), minlength=len(vocab))
+        path = folder / f"chunk-{j:05d}.npz"
+        np.savez(path, ids=ids.astype(np.int32), sizes=sizes.astype(np.int32), start=start)
+        files.append(path)
+        if on_chunk is not None:
+            on_chunk()
+    return files, vocab, df, lengths
+
+
+def _scores(
+    files: list[Path], model: bm25s.BM25, df: np.ndarray, lengths: np.ndarray, avg: float,
+    idf: np.ndarray, nonoccurrence: np.ndarray | None, on_chunk: Callable[[], None] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Pass 3: every (document, term) score in compressed-column order (a term's documents ascending)."""
+    vocab_size = len(df)
+    indptr = np.zeros(vocab_size + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    int_dtype = np.int32 if indptr[-1] < 2**31 else np.int64
+    data = np.empty(int(indptr[-1]), dtype=model.dtype)
+    indices = np.empty(int(indptr[-1]), dtype=model.int_dtype)
+    position = indptr[:-1].copy()
+    tfc = _select_tfc_scorer(model.method)
+    for path in files:
+        with np.load(path) as f:
+            ids, sizes, start = f["ids"].astype(np.int64), f["sizes"].astype(np.int64), int(f["start"])
+        docs = np.repeat(np.arange(start, start + len(sizes), dtype=np.int64), sizes)
+        pairs, tf = np.unique(docs * vocab_size + ids, return_counts=True)  # term frequencies
+        doc, term = pairs // vocab_size, pairs % vocab_size
+        scores = idf[term] * tfc(
+            tf_array=tf.astype(model.dtype),
+            l_d=lengths[doc],
+            l_avg=avg,
+            k1=model.k1,
+            b=model.b,
+            delta=model.delta,
+        )
+        if nonoccurrence is not None:
+            scores = scores - nonoccurrence[term]
+        order = np.lexsort((doc, term))  # by term, then document
+        doc, term, scores = doc[order], term[order], scores[order]
+        counts = np.bincount(term, minlength=vocab_size)
+        first = np.cumsum(counts) - counts  # where each term's run starts in this chunk
+        target = position[term] + np.arange(len(term)) - first[term]
+        data[target] = scores
+        indices[target] = doc
+        position += counts
+        if on_chunk is not None:
+            on_chunk()
+    return data, indices, indptr.astype(int_dtype)

@@ -1,0 +1,32 @@
+"""``benchmarks/retrieval_scale.py`` at toy scale: every step runs (the corpus, the IVF-PQ, BM25 and
+hybrid builds, the speed comparison, two servers under concurrent clients) and its table is printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_scale_benchmark_runs_every_step_at_toy_scale(tmp_path):
+    pytest.importorskip("faiss")
+    pytest.importorskip("uvicorn")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "retrieval_scale.py"), "--passages", "3000",
+         "--queries", "64", "--clients", "3", "--bm25", "--workdir", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "steps.json").read_text())
+    for step in ("synth-corpus", "index ivf-pq", "index bm25", "index hybrid"):
+        assert record[step]["seconds"] > 0 and record[step]["peak_rss_mb"] > 0
+    assert record["recall check"]["index"] == "IVF64,PQ48x4"
+    for name in ("serve ivf-pq", "serve bm25 + ivf-pq (hybrid)"):
+        assert record[name]["errors"] == 0 and record[name]["requests"] == 60
+    assert record["speed"]["ivf_pq_qps"] > 0 and 0 < record["speed"]["recall@10"] <= 1
+    assert done.stdout.splitlines()[-1].startswith("IVF-PQ ÷ flat queries/s at batch 32: ")

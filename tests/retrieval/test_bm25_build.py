@@ -1,0 +1,73 @@
+"""The chunked BM25 build equals bm25s's own index: the same vocabulary and, term by term, the same
+documents and scores (float32), for every BM25 variant; so its searches are bm25s's."""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import pytest
+
+from ragrl.retrieval.bm25 import METHODS, BM25Retriever, _make_stemmer
+from ragrl.retrieval.bm25_build import build_in_chunks
+from ragrl.synth.scale import synthetic_corpus
+
+PASSAGES = [*synthetic_corpus(2500, seed=4, words=40, vocabulary=3000, topics=50)]
+PASSAGES[7] = type(PASSAGES[7])("s7", "", "of the and")  # only stopwords: no term at all
+
+
+def columns(model: bm25s.BM25) -> dict[str, tuple[list[int], list[float]]]:
+    s = model.scores
+    out = {}
+    for token, i in model.vocab_dict.items():
+        if i + 1 >= len(s["indptr"]):  # bm25s's index() adds "" past its last column: no documents
+            out[token] = ([], [])
+            continue
+        lo, hi = s["indptr"][i], s["indptr"][i + 1]
+        out[token] = (s["indices"][lo:hi].tolist(), s["data"][lo:hi].tolist())
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_chunked_build_is_bm25s_index(method):
+    stemmer = _make_stemmer(True)
+    reference = bm25s.BM25(method=method)
+    reference.index(
+        bm25s.tokenize([p.contents for p in PASSAGES], stopwords="en", stemmer=stemmer, show_progress=False),
+        show_progress=False,
+    )
+    chunked = build_in_chunks(PASSAGES, bm25s.BM25(method=method), stopwords="en", stemmer=stemmer, chunk=600)
+    assert chunked.scores["num_docs"] == 2500 and set(chunked.vocab_dict) == set(reference.vocab_dict)
+    ref, got = columns(reference), columns(chunked)
+    for token in ref:
+        assert got[token][0] == ref[token][0], token
+        np.testing.assert_allclose(got[token][1], ref[token][1], rtol=1e-6, err_msg=token)
+    if method in ("bm25l", "bm25+"):
+        columns_ = len(reference.nonoccurrence_array)
+        ref_no = {
+            t: reference.nonoccurrence_array[i] for t, i in reference.vocab_dict.items() if i < columns_
+        }
+        got_no = {t: chunked.nonoccurrence_array[chunked.vocab_dict[t]] for t in ref_no}
+        assert got_no == pytest.approx(ref_no)
+
+
+def test_a_retriever_built_in_chunks_searches_like_bm25s(tmp_path):
+    retriever = BM25Retriever.build(PASSAGES)
+    assert retriever.search(["?? !!", "of the"], 3) == [[], []]  # no term (bm25s's own index raises here)
+    assert BM25Retriever.build(PASSAGES, method="bm25+").search(["?? !!"], 3) == [[]]  # not every passage
+    queries = [" ".join(p.text.split()[:6]) for p in PASSAGES[::250]]
+    reference = bm25s.BM25()
+    stemmer = _make_stemmer(True)
+    reference.index(
+        bm25s.tokenize([p.contents for p in PASSAGES], stopwords="en", stemmer=stemmer, show_progress=False),
+        show_progress=False,
+    )
+    for query, hits in zip(queries, retriever.search(queries, 5), strict=True):
+        tokens = bm25s.tokenize(
+            [query], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+        )[0]
+        scores = reference.get_scores(tokens)
+        best = np.lexsort((np.arange(len(scores)), -scores))[:5]
+        assert [h.id for h in hits] == [PASSAGES[i].id for i in best]
+        assert [h.score for h in hits] == pytest.approx(scores[best].tolist(), rel=1e-6)
+    retriever.save(tmp_path)  # bm25s's own files: its loader reads them
+    assert bm25s.BM25.load(str(tmp_path / "bm25s")).scores["num_docs"] == 2500
