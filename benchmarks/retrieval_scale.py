@@ -206,7 +206,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passages", type=int, default=2_000_000)
     ap.add_argument("--workdir", type=Path, default=None)
-    ap.add_argument("--bm25", action="store_true", help="also build a BM25 index (in memory: bm25s)")
+    ap.add_argument(
+        "--bm25", action="store_true", help="also build a BM25 index (in chunks) and a hybrid of both"
+    )
     ap.add_argument("--queries", type=int, default=320)
     ap.add_argument("--clients", type=int, default=20)
     args = ap.parse_args()

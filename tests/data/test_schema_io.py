@@ -128,7 +128,7 @@ def test_read_corpora_merges_by_id_and_rejects_conflicts(tmp_path):
     assert [p.id for p in passages] == ["0", "1", "2"]
     assert [r.read for r in reports] == [2, 2]
     _write(b, [json.dumps({"id": "1", "contents": "U\nchanged"})])
-    with pytest.raises(DataError, match=r"b.jsonl: field 'id': passage id '1' has different contents"):
+    with pytest.raises(DataError, match=r"b.jsonl:1: field 'id': passage id '1' has different contents"):
         read_corpora([a, b])
 
 
@@ -164,3 +164,11 @@ def test_iter_corpora_streams_merges_and_names_the_line_of_a_conflict(tmp_path):
     reports = []
     assert [p.id for p in iter_corpora([a, b], reports)] == ["0", "1"]
     assert [r.read for r in reports] == [1, 2]  # a passage in both files counts in both, is kept once
+    _write(
+        b, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps({"id": "0", "contents": "T\nbody"})]
+    )
+    reports = []
+    assert [p.id for p in iter_corpora([a, b], reports)] == ["0"]
+    assert [r.read for r in reports] == [1, 1] and reports[1].warnings == [
+        "line 2: duplicate of passage 0, merged"
+    ]

@@ -80,9 +80,12 @@ def test_a_loaded_bm25_index_reads_only_the_passages_it_returns(tmp_path, monkey
         [h.score for h in built.search(["where was Olvana Brisk born"], k=2)[0]]
     )
     assert sorted(parsed) == sorted(int(h.id[1:]) - 1 for h in hits)  # two lines parsed, not four
-    # saving a loaded index onto its own directory keeps its passages
+    # saving a loaded index onto its own directory keeps its passages and its (memory-mapped) scores
     loaded.save(tmp_path)
     assert list(BM25Retriever.load(tmp_path).passages) == PASSAGES
+    again = BM25Retriever.load(tmp_path).search(["where was Olvana Brisk born"], k=2)
+    assert [[h.id for h in r] for r in again] == [[h.id for h in hits]]
+    assert loaded.search(["where was Olvana Brisk born"], k=2)[0][0].score == pytest.approx(hits[0].score)
 
 
 def test_offsets_of_a_same_size_file_with_other_lines_are_an_error_not_wrong_passages(tmp_path):
@@ -96,3 +99,25 @@ def test_offsets_of_a_same_size_file_with_other_lines_are_an_error_not_wrong_pas
         RagrlError, match=rf"passage 1 does not start and end on a line .* delete {OFFSETS_NAME}"
     ):
         store[1]
+
+
+def test_titles_contents_cannot_carry_come_back_whole_and_a_replaced_file_does_not_leak_in(tmp_path):
+    odd = [
+        Passage("q1", '"Heroes" (album)', "An album."),
+        Passage("q2", "Two\nlines", "Text."),
+        *PASSAGES[:2],
+    ]
+    PassageStore.write(tmp_path, odd)
+    store = PassageStore.open(tmp_path)
+    assert list(store) == odd
+    lines = (tmp_path / CORPUS_NAME).read_text(encoding="utf-8").splitlines()
+    assert set(json.loads(lines[0])) == {"id", "title", "text"} and set(json.loads(lines[2])) == {
+        "id",
+        "contents",
+    }
+    # the path replaced under an open store (a rebuild in place): the store reads the file it opened
+    PassageStore.write(tmp_path / "other", PASSAGES)
+    (tmp_path / "other" / CORPUS_NAME).replace(tmp_path / CORPUS_NAME)
+    assert list(store) == odd
+    PassageStore.write(tmp_path / "copy", store)  # linked from the path only if it is still its file
+    assert list(PassageStore.open(tmp_path / "copy")) == odd

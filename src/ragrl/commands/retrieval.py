@@ -187,7 +187,9 @@ def index(
         from ragrl.retrieval.bm25 import BM25Retriever
 
         with console.status(f"indexing {len(passages):,} passages with BM25"):
-            return BM25Retriever.build(passages, method=bm25_method, k1=k1, b=b, stemmer=stem)
+            return BM25Retriever.build(
+                passages, method=bm25_method, k1=k1, b=b, stemmer=stem, workdir=out / BUILD_FOLDER
+            )
 
     def build_dense():
         from ragrl.retrieval.dense import DenseRetriever

@@ -156,7 +156,8 @@ def search_params(spec: str, nprobe: int | None, ef_search: int | None, rerank: 
 
 
 def exact_top_k(blocks: Any, queries: np.ndarray, k: int) -> np.ndarray:
-    """The ids of each query's ``k`` best inner products over ``(first_row, block)`` blocks (exact)."""
+    """The ids of each query's ``k`` best inner products over ``(first_row, block)`` blocks (exact;
+    which of several rows tied at the ``k``-th score is kept is not fixed)."""
     best_ids = np.full((len(queries), 0), -1, dtype=np.int64)
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     for start, block in blocks:

@@ -13,6 +13,7 @@ positive-score passages, which is also faster than ``BM25.retrieve`` (benchmarks
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,10 @@ class BM25Retriever:
         stopwords: str | None = "en",
         n_threads: int = 0,
         show_progress: bool = False,
+        workdir: str | Path | None = None,
     ) -> BM25Retriever:
+        """Index ``passages`` a chunk at a time (``ragrl.retrieval.bm25_build``); its chunk files go to a
+        temporary folder in ``workdir`` (the system's when ``None``)."""
         if method not in METHODS:
             raise RagrlError(f"unknown BM25 method {method!r} (expected one of {', '.join(METHODS)})")
         if not passages:
@@ -114,7 +118,7 @@ class BM25Retriever:
         with progress_bar(disable=not show_progress) as bar:
             task = bar.add_task(f"indexing {len(passages):,} passages with BM25", total=chunks)
             build_in_chunks(
-                passages, model, stopwords=stopwords or [], stemmer=_make_stemmer(stemmer),
+                passages, model, stopwords=stopwords or [], stemmer=_make_stemmer(stemmer), workdir=workdir,
                 on_chunk=lambda: bar.advance(task),
             )  # fmt: skip
         return cls(
@@ -210,7 +214,20 @@ class BM25Retriever:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         (d / MANIFEST_NAME).unlink(missing_ok=True)  # written last: a save cut short leaves no index
-        self._model.save(str(d / _BM25S_DIR), show_progress=False)
+        # bm25s writes into a fresh folder whose files then replace the old ones by rename: a loaded
+        # index maps its score arrays, and writing over a mapped file would truncate what it reads
+        # (this retriever's own, or a server's)
+        target, fresh = d / _BM25S_DIR, d / f".{_BM25S_DIR}.{os.getpid()}.tmp"
+        shutil.rmtree(fresh, ignore_errors=True)
+        self._model.save(str(fresh), show_progress=False)
+        target.mkdir(exist_ok=True)
+        names = {f.name for f in fresh.iterdir()}
+        for f in target.iterdir():
+            if f.name not in names:  # a file of another variant (BM25L's non-occurrence scores)
+                f.unlink()
+        for name in names:
+            os.replace(fresh / name, target / name)
+        fresh.rmdir()
         save_corpus(d, self.passages)
         write_manifest(
             d, self.kind, self.params, self.corpus_hash, self.fingerprint, num_passages=len(self.passages)

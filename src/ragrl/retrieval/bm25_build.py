@@ -1,8 +1,9 @@
 """A bm25s index built a chunk of passages at a time, so a corpus of millions never sits in memory.
 
 bm25s's own ``BM25.index`` takes every document's token ids as Python lists at once: for 2M passages
-that is ~130M Python integers. ``build_in_chunks`` gives the same index (the same vocabulary, the same
-scores to float32 rounding, the same files) from three passes over the passages:
+that is ~130M Python integers. ``build_in_chunks`` gives the same index (the same vocabulary and, term
+by term, the same documents and float32 scores; column order follows the vocabulary ids, and the empty
+token has a column of its own) from three passes over the passages:
 
 1. each chunk is tokenized with ``bm25s.tokenize`` (the function queries go through), its token ids
    mapped onto one growing vocabulary and written to a chunk file on disk; each term's document
@@ -12,8 +13,10 @@ scores to float32 rounding, the same files) from three passes over the passages:
 3. each chunk's term frequencies become scores with bm25s's own term-frequency scorer and are placed
    straight into the index's compressed-column arrays, whose size the document frequencies give.
 
-Memory: the final arrays (8 bytes a (passage, term) pair: ~1 GB for 2M passages of ~100 words), the
-vocabulary and one chunk.
+Memory: the final arrays (8 bytes a (passage, term) pair: 1.2 GB for the 2M synthetic passages, ~12.6
+GB projected for 21M), the vocabulary and one chunk's temporaries. The chunk files (~4 bytes a token)
+go to ``workdir``. The arrays themselves are not yet written to disk as they fill: at Wikipedia's
+size this build needs a machine with that memory.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import weakref
 from array import array
@@ -80,13 +79,9 @@ class PassageStore(Sequence[Passage]):
         return self._parse(raw, i)
 
     def __iter__(self) -> Iterator[Passage]:
-        """Every passage in order, read sequentially (a buffered file, not a read per passage)."""
-        with self.path.open("rb") as f:
-            for i in range(len(self)):
-                start, end = int(self._offsets[i]), int(self._offsets[i + 1])
-                if f.tell() != start:
-                    f.seek(start)
-                yield self._parse(f.read(end - start), i)
+        """Every passage in order, from the file this store opened (not whatever its path holds now)."""
+        for i in range(len(self)):
+            yield self[i]
 
     def _parse(self, raw: bytes, i: int) -> Passage:
         try:
@@ -102,7 +97,7 @@ class PassageStore(Sequence[Passage]):
 
     def _save_as(self, d: Path) -> None:
         """This store's two files in ``d`` (a hard link, else a copy), each renamed into place whole."""
-        if (d / CORPUS_NAME).exists() and os.path.samefile(d / CORPUS_NAME, self.path):
+        if _same_file(self._fd, d / CORPUS_NAME):
             return
         offsets = np.asarray(self._offsets)
         for source, name in ((self.path, CORPUS_NAME), (None, OFFSETS_NAME)):
@@ -115,12 +110,26 @@ class PassageStore(Sequence[Passage]):
                 else:
                     try:
                         os.link(source, tmp)
+                        if not _same_file(self._fd, tmp):  # the path now names another file
+                            raise OSError
                     except OSError:
-                        shutil.copyfile(source, tmp)
+                        tmp.unlink(missing_ok=True)
+                        self._copy_to(tmp)
                 os.replace(tmp, d / name)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
+
+    def _copy_to(self, target: Path, block: int = 1 << 24) -> None:
+        """This store's file, copied from the descriptor it opened."""
+        size, done = int(self._offsets[-1]), 0
+        with target.open("wb") as f:
+            while done < size:
+                data = os.pread(self._fd, min(block, size - done), done)
+                if not data:
+                    raise RagrlError(f"{self.path}: the file shrank to {done} bytes while it was copied")
+                f.write(data)
+                done += len(data)
 
     def close(self) -> None:
         self._closer()
@@ -170,7 +179,7 @@ class PassageStore(Sequence[Passage]):
         try:
             with os.fdopen(fd, "wb") as f:
                 for p in passages:
-                    line = (json.dumps(p.to_corpus_record(), ensure_ascii=False) + "\n").encode("utf-8")
+                    line = (json.dumps(_record(p), ensure_ascii=False) + "\n").encode("utf-8")
                     f.write(line)
                     offsets.append(offsets[-1] + len(line))
             _chmod_default(tmp)
@@ -180,6 +189,22 @@ class PassageStore(Sequence[Passage]):
             raise
         _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64), tolerate=False)
         return len(offsets) - 1
+
+
+def _record(p: Passage) -> dict[str, str]:
+    """The canonical ``{id, contents}`` line, or ``{id, title, text}`` when contents would not give
+    the passage back (a title with a newline, or in quotes, which ``Passage.from_contents`` strips)."""
+    record = p.to_corpus_record()
+    return record if Passage.from_contents(p.id, record["contents"]) == p else p.to_dict()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        other = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _last_byte(path: Path) -> bytes:
