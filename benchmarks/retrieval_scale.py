@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from server_fairness import free_port  # noqa: E402
 from tiny_setup import open_workdir  # noqa: E402
 
 RAGRL = [sys.executable, "-m", "ragrl"]
@@ -120,9 +120,7 @@ def serve(index_dir: Path, queries: list[str], clients: int, requests: int, per_
     """``ragrl serve`` over ``index_dir``; ``clients`` threads each sending ``requests`` requests."""
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [*RAGRL, "serve", str(index_dir), "--port", str(port), "--device", "cpu"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

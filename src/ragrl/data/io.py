@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,15 +148,27 @@ def json_error(e: json.JSONDecodeError) -> str:
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     """Write records as jsonl atomically (a temp file renamed into place); returns the count."""
+    n = 0
+
+    def write(f: Any) -> None:
+        nonlocal n
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+
+    atomic_write(path, write, "w")
+    return n
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb") -> None:
+    """``write(f)`` into a temporary file beside ``path``, given the usual permissions and renamed into
+    place: a reader sees the old file or the whole new one, never a part; a failure leaves no trace."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    n = 0
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                n += 1
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
+            write(f)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
@@ -164,7 +176,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return n
 
 
 def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[Example], LoadReport]:

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ragrl.data.io import atomic_write
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
@@ -43,20 +43,6 @@ def shard_digest(passages: Sequence[Passage]) -> str:
     for p in passages:
         h.update(f"{p.id}\t{p.contents}\n".encode())
     return h.hexdigest()
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def encode_shards(
@@ -97,9 +83,9 @@ def encode_shards(
                     f"{path}: the encoder ({settings.get('model')}) returned {emb.shape} embeddings for "
                     f"{len(rows)} passages"
                 )
-            _atomic_write(path, lambda f, e=emb: f.write(e.tobytes()))
+            atomic_write(path, lambda f, e=emb: f.write(e.tobytes()))
             record = {"rows": len(rows), "dim": int(emb.shape[1]), "digest": digest, "settings": settings}
-            _atomic_write(record_path, lambda f, r=record: f.write(json.dumps(r, sort_keys=True)), "w")
+            atomic_write(record_path, lambda f, r=record: f.write(json.dumps(r, sort_keys=True)), "w")
         kept += int(done)
         files.append(path)
         if on_shard is not None:
@@ -142,7 +128,7 @@ def join_shards(files: list[Path], dim: int, out: Path) -> int:
             f.write(block.tobytes())
             rows += block.shape[0]
 
-    _atomic_write(out, write)
+    atomic_write(out, write)
     return rows
 
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
+from ragrl.data.io import atomic_write
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
@@ -168,25 +168,21 @@ class PassageStore(Sequence[Passage]):
     def write(directory: str | Path, passages: Iterable[Passage]) -> int:
         """Write ``corpus.jsonl`` and its offsets into ``directory``, streaming; returns the count.
         A store's own files are linked (or copied) as they are; writing a store onto its own files is
-        allowed (the old files stay mapped until replaced)."""
+        allowed (an open store keeps reading the file it opened)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         if isinstance(passages, PassageStore):
             passages._save_as(d)
             return len(passages)
         offsets = array("q", [0])
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{CORPUS_NAME}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                for p in passages:
-                    line = (json.dumps(_record(p), ensure_ascii=False) + "\n").encode("utf-8")
-                    f.write(line)
-                    offsets.append(offsets[-1] + len(line))
-            _chmod_default(tmp)
-            os.replace(tmp, d / CORPUS_NAME)  # then its offsets: a kill between leaves stale ones, rebuilt
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+
+        def write(f: Any) -> None:
+            for p in passages:
+                line = (json.dumps(_record(p), ensure_ascii=False) + "\n").encode("utf-8")
+                f.write(line)
+                offsets.append(offsets[-1] + len(line))
+
+        atomic_write(d / CORPUS_NAME, write)  # then its offsets: a kill between leaves stale ones, rebuilt
         _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64), tolerate=False)
         return len(offsets) - 1
 
@@ -242,24 +238,11 @@ def _scan_offsets(path: Path) -> np.ndarray:
 def _save_offsets(path: Path, offsets: np.ndarray, *, tolerate: bool = True) -> None:
     """Saved atomically. Rebuilt offsets (``tolerate``) that cannot be saved (a read-only index
     directory) stay in this process's memory; a writer's failure (a full disk) is raised."""
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.asarray(offsets, dtype=np.int64))
-        _chmod_default(tmp)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: np.save(f, np.asarray(offsets, dtype=np.int64)))
     except OSError:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         if not tolerate:
             raise
-
-
-def _chmod_default(path: str) -> None:
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
 
 
 def own_copy(passages: Sequence[Passage]) -> Sequence[Passage]:
