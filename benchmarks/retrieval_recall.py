@@ -114,7 +114,7 @@ def main() -> None:
 
 def approximate_table(indexes: list[DenseRetriever], queries: list[str], batch: int = 32) -> None:
     """Recall@10 against exact search and queries/s at ``batch`` of each dense index, same queries."""
-    emb = indexes[0]._encode(queries)
+    emb = indexes[0].encode_queries(queries)
     print(
         f"\n| dense index ({len(queries)} questions) | recall@1 / @10 vs exact | queries/s at batch {batch} |"
     )

@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_fairness import free_port  # noqa: E402
 from tiny_setup import open_workdir  # noqa: E402
 
+from ragrl.retrieval.ann import probe_queries  # noqa: E402
+
 RAGRL = [sys.executable, "-m", "ragrl"]
 
 
@@ -78,10 +80,7 @@ def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
     from ragrl.retrieval.base import load_retriever
 
     dense = load_retriever(index_dir, device="cpu")
-    rng = random.Random(0)
-    rows = rng.sample(range(len(dense.passages)), n_queries)
-    queries = [" ".join(dense.passages[i].text.split(".")[0].split()[:20]) for i in rows]
-    emb = dense._encode([dense.query_prefix + q for q in queries])
+    emb = dense.encode_queries(probe_queries(dense.passages, n_queries))
     flat = faiss.IndexFlatIP(dense.dim)
     for _, block in dense.vectors.blocks():
         flat.add(np.ascontiguousarray(block))
@@ -245,11 +244,9 @@ def main() -> None:
     print("speed ...", flush=True)
     record["speed"] = speed(ivf, args.queries, 32)
     print(record["speed"], flush=True)
-    rng = random.Random(1)
     from ragrl.retrieval.store import PassageStore
 
-    store = PassageStore.open(ivf)
-    queries = [" ".join(store[i].text.split(".")[0].split()[:12]) for i in rng.sample(range(n), 400)]
+    queries = probe_queries(PassageStore.open(ivf), 400, words=12, seed=1)
     served = [("serve ivf-pq", ivf), *([("serve bm25 + ivf-pq (hybrid)", hybrid)] if args.bm25 else [])]
     for name, index_dir in served:
         print(f"{name} ...", flush=True)

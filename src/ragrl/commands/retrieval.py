@@ -6,6 +6,7 @@ Heavy imports (bm25s, torch, faiss) happen inside the commands so `ragrl --help`
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from enum import StrEnum
@@ -226,8 +227,6 @@ def index(
         if passages is None:
             passages = getattr(a, "passages", [])
     built.save(out)
-    import shutil
-
     shutil.rmtree(out / BUILD_FOLDER, ignore_errors=True)
     elapsed = time.perf_counter() - t0
     n = len(passages) if passages is not None else 0
@@ -242,12 +241,11 @@ def index(
 
 def _recall_check(built: Any, out: Path, n: int) -> None:
     """Recall@1/10 of a dense index against exact search, written to ``recall.json`` and printed."""
-    import random
+    from ragrl.retrieval.ann import probe_queries
 
     if not hasattr(built, "recall"):
         raise RagrlError("--recall-check is for dense indexes (--retriever dense)")
-    rows = random.Random(0).sample(range(len(built.passages)), min(n, len(built.passages)))
-    queries = [" ".join(built.passages[i].text.split(".")[0].split()[:20]) for i in rows]
+    queries = probe_queries(built.passages, n)
     t0 = time.perf_counter()
     recall = {"queries": len(queries), "index": built.params.get("index", "Flat"), **built.recall(queries)}
     (out / "recall.json").write_text(json.dumps(recall, indent=2) + "\n", encoding="utf-8")

@@ -178,6 +178,49 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb
         raise
 
 
+def same_file(fd: int, path: str | Path) -> bool:
+    """Whether ``path`` names the file open as ``fd`` (the same inode)."""
+    try:
+        other = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (other.st_dev, other.st_ino)
+
+
+def save_open_file(fd: int, path: Path, size: int, target: Path) -> None:
+    """The file open as ``fd`` (first opened at ``path``, ``size`` bytes) at ``target``, replacing what
+    is there only once it is whole: a hard link where the file system allows it and ``path`` still
+    names it (no copy of gigabytes), else a copy read from ``fd``."""
+    if same_file(fd, target):
+        return
+    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        try:
+            os.link(path, tmp)
+            if not same_file(fd, tmp):  # the path names another file now: copy from ours
+                raise OSError
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            _copy_from(fd, size, tmp, path)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _copy_from(fd: int, size: int, target: Path, path: Path) -> None:
+    done = 0
+    with target.open("wb") as f:
+        while done < size:
+            data = os.pread(fd, min(1 << 24, size - done), done)
+            if not data:
+                raise RagrlError(f"{path}: the file shrank to {done} bytes while it was copied")
+            f.write(data)
+            done += len(data)
+
+
 def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list[Example], LoadReport]:
     """Read a canonical question file (FlashRAG jsonl)."""
     report = LoadReport(str(path))
@@ -259,17 +302,16 @@ def iter_corpora(
     """The passages of several corpus files merged by id, streamed: what ``read_corpora`` returns,
     one passage at a time (a jsonl file is never held whole; a JSON array file is). It keeps each id
     and a 6-byte digest of its title and text (~140 bytes a passage: ~300 MB for 2M), not the
-    passages, to merge repeats and refuse conflicts. Each file's
-    ``LoadReport`` is appended to ``reports`` when the file is done."""
+    passages, to merge repeats and refuse conflicts. Each file's ``LoadReport`` is appended to
+    ``reports`` when the file is done."""
     seen: dict[str, int] = {}  # id -> (contents digest << 16) | number of the file it was last seen in
     for number, path in enumerate(paths):
         p = require_file(path)
         report = LoadReport(str(p))
         read = 0
         for n, where, passage in _corpus_records(p, report, skip_invalid):
-            content = json.dumps(
-                [passage.title, passage.text]
-            ).encode()  # not contents: "a\nb"+"c" != "a"+"b\nc"
+            # title and text apart, not contents: "a\nb" + "c" is not "a" + "b\nc"
+            content = json.dumps([passage.title, passage.text]).encode()
             digest = int.from_bytes(hashlib.blake2b(content, digest_size=6).digest(), "big")
             mark = (digest << 16) | (number & 0xFFFF)
             old = seen.get(passage.id)

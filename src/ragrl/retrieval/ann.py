@@ -19,12 +19,14 @@ compression loses while the memory stays the compressed index's.
 from __future__ import annotations
 
 import math
+import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
 INDEX_TYPES = ("flat", "hnsw", "ivf-pq")
@@ -94,24 +96,23 @@ def build_from_shards(
     faiss: Any,
     spec: str,
     dim: int,
-    shards: list[np.ndarray | Callable[[], np.ndarray]],
+    shards: list[Callable[[], np.ndarray]],
     *,
     total: int,
-    train_size: int = DEFAULT_TRAIN_SIZE,
-    on_shard: Callable[[int, int], None] | None = None,
-) -> Any:
-    """A faiss index of ``spec``, trained (when it needs it) on a sample and filled shard by shard;
-    a shard is an array or a function that reads it (so only one is in memory at a time)."""
+    train_size: int | None = None,
+) -> tuple[Any, int | None]:
+    """A faiss index of ``spec`` filled shard by shard (each shard a function that reads it, so only one
+    is in memory at a time), and the number of vectors it was trained on: a sample of ``train_size``
+    (``None``: ``auto_train_size``) when the index needs training, else ``None``."""
     index = new_index(faiss, spec, dim)
-    load = [s if callable(s) else (lambda s=s: s) for s in shards]
+    trained_on = None
     if not index.is_trained:
-        rows = train_sample(total, train_size)
+        rows = train_sample(total, train_size or auto_train_size(total, nlist_of(spec)))
         sample, start = [], 0
-        for read in load:
+        for read in shards:
             block = read()
             end = start + block.shape[0]
-            pick = rows[(rows >= start) & (rows < end)] - start
-            sample.append(block[pick])
+            sample.append(block[rows[(rows >= start) & (rows < end)] - start])
             start = end
         try:
             index.train(np.ascontiguousarray(np.concatenate(sample)))
@@ -120,23 +121,18 @@ def build_from_shards(
                 f"{spec}: faiss cannot train it on {len(rows):,} vectors ({_faiss_message(e)}); give a "
                 "larger --train-size or a smaller index (--index-spec)"
             ) from None
-    for j, read in enumerate(load):
+        trained_on = len(rows)
+    for read in shards:
         index.add(read())
-        if on_shard is not None:
-            on_shard(j, len(load))
-    return index
+    return index, trained_on
 
 
 def set_search_params(faiss: Any, index: Any, *, nprobe: int | None, ef_search: int | None) -> None:
     """``nprobe`` on an IVF index, ``efSearch`` on an HNSW one (also an IVF's HNSW quantizer)."""
-    space = faiss.ParameterSpace()
+    space = faiss.ParameterSpace()  # the values are checked by search_params
     if nprobe is not None:
-        if nprobe < 1:
-            raise RagrlError(f"nprobe must be >= 1, got {nprobe}")
         space.set_index_parameter(index, "nprobe", nprobe)
     if ef_search is not None:
-        if ef_search < 1:
-            raise RagrlError(f"ef_search must be >= 1, got {ef_search}")
         space.set_index_parameter(index, "efSearch", ef_search)
 
 
@@ -180,3 +176,10 @@ def recall_at(approx: list[list[int]], exact: np.ndarray, k: int) -> float:
         len(set(a[:k]) & set(e[:k].tolist())) / min(k, len(e)) for a, e in zip(approx, exact, strict=True)
     ]
     return float(np.mean(shares)) if shares else 0.0
+
+
+def probe_queries(passages: Sequence[Passage], n: int, words: int = 20, seed: int = 0) -> list[str]:
+    """``n`` query-like texts for recall and speed checks: the first sentence (at most ``words``
+    words) of passages drawn at random."""
+    rows = random.Random(seed).sample(range(len(passages)), min(n, len(passages)))
+    return [" ".join(passages[i].text.split(".")[0].split()[:words]) for i in rows]

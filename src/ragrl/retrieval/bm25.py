@@ -185,9 +185,8 @@ class BM25Retriever:
         model, passages = self._model, self.passages
         flatnonzero, lexsort = np.flatnonzero, np.lexsort
         out: list[list[Hit]] = []
-        empty = model.vocab_dict.get("")  # the token of a text without terms: matches nothing
         for query in tokens:
-            ids = [i for i in model.get_tokens_ids(query) if i != empty]
+            ids = model.get_tokens_ids(query)
             if not ids:
                 out.append([])
                 continue

@@ -6,17 +6,17 @@ by term, the same documents and float32 scores; column order follows the vocabul
 token has a column of its own) from three passes over the passages:
 
 1. each chunk is tokenized with ``bm25s.tokenize`` (the function queries go through), its token ids
-   mapped onto one growing vocabulary and written to a chunk file on disk; each term's document
-   frequency and each document's length are counted;
+   mapped onto one growing vocabulary, and each (document, term) pair's frequency written to a chunk
+   file on disk; each term's document frequency and each document's length are counted;
 2. the idf (and, for BM25L / BM25+, the non-occurrence scores) comes from bm25s's own functions over
    those counts;
 3. each chunk's term frequencies become scores with bm25s's own term-frequency scorer and are placed
    straight into the index's compressed-column arrays, whose size the document frequencies give.
 
 Memory: the final arrays (8 bytes a (passage, term) pair: 1.2 GB for the 2M synthetic passages, ~12.6
-GB projected for 21M), the vocabulary and one chunk's temporaries. The chunk files (~4 bytes a token)
-go to ``workdir``. The arrays themselves are not yet written to disk as they fill: at Wikipedia's
-size this build needs a machine with that memory.
+GB projected for 21M), the vocabulary and one chunk's temporaries. The chunk files (12 bytes a
+(passage, term) pair) go to ``workdir``. The arrays themselves are not yet written to disk as they
+fill: at Wikipedia's size this build needs a machine with that memory.
 """
 
 from __future__ import annotations
@@ -88,14 +88,15 @@ def _count(
     chunk: int,
     on_chunk: Callable[[], None] | None,
 ) -> tuple[list[Path], dict[str, int], np.ndarray, np.ndarray]:
-    """Pass 1: chunk files of global token ids, the vocabulary, document frequencies, lengths."""
+    """Pass 1: chunk files of each (document, term) pair's term frequency, the vocabulary, document
+    frequencies, lengths."""
     vocab: dict[str, int] = {}
     df = np.zeros(0, dtype=np.int64)
     lengths = np.zeros(len(passages), dtype=np.int64)
     files = []
     for j, start in enumerate(range(0, len(passages), chunk)):
         end = min(start + chunk, len(passages))
-        texts = [passages[i].contents for i in range(start, end)]
+        texts = [p.contents for p in passages[start:end]]
         tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False)
         local = np.empty(len(tokens.vocab), dtype=np.int64)
         for token, i in tokens.vocab.items():
@@ -104,11 +105,14 @@ def _count(
         ids = local[np.fromiter(chain.from_iterable(tokens.ids), dtype=np.int64, count=int(sizes.sum()))]
         lengths[start:end] = sizes
         docs = np.repeat(np.arange(end - start, dtype=np.int64), sizes)
-        pairs = np.unique(docs * len(vocab) + ids)  # each (document, term) once
+        pairs, tf = np.unique(docs * len(vocab) + ids, return_counts=True)  # each (document, term) once
+        doc, term = pairs // len(vocab), pairs % len(vocab)
         df = np.pad(df, (0, len(vocab) - len(df)))
-        df += np.bincount(pairs % len(vocab), minlength=len(vocab))
+        df += np.bincount(term, minlength=len(vocab))
         path = folder / f"chunk-{j:05d}.npz"
-        np.savez(path, ids=ids.astype(np.int32), sizes=sizes.astype(np.int32), start=start)
+        np.savez(
+            path, doc=doc.astype(np.int32), term=term.astype(np.int32), tf=tf.astype(np.int32), start=start
+        )
         files.append(path)
         if on_chunk is not None:
             on_chunk()
@@ -130,10 +134,8 @@ def _scores(
     tfc = _select_tfc_scorer(model.method)
     for path in files:
         with np.load(path) as f:
-            ids, sizes, start = f["ids"].astype(np.int64), f["sizes"].astype(np.int64), int(f["start"])
-        docs = np.repeat(np.arange(start, start + len(sizes), dtype=np.int64), sizes)
-        pairs, tf = np.unique(docs * vocab_size + ids, return_counts=True)  # term frequencies
-        doc, term = pairs // vocab_size, pairs % vocab_size
+            doc = f["doc"].astype(np.int64) + int(f["start"])
+            term, tf = f["term"].astype(np.int64), f["tf"]
         scores = idf[term] * tfc(
             tf_array=tf.astype(model.dtype),
             l_d=lengths[doc],

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ragrl.console import progress, progress_bar
+from ragrl.console import console, progress_bar
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 from ragrl.retrieval import ann
@@ -210,14 +210,12 @@ class DenseRetriever:
         return f"DenseRetriever({len(self.passages)} passages, {self.params})"
 
     # -- encoding -------------------------------------------------------------------------------
-    def _encode(self, texts: list[str], show_progress: bool = False) -> np.ndarray:
+    def encode_queries(self, queries: list[str]) -> np.ndarray:
+        """The queries' embeddings, the query prefix put before each (what ``search`` looks up)."""
         return encode(
-            self.encoder,
-            texts,
-            batch_size=self.batch_size,
+            self.encoder, [self.query_prefix + q for q in queries], batch_size=self.batch_size,
             normalize=self.normalize,
-            show_progress=show_progress,
-        )
+        )  # fmt: skip
 
     @classmethod
     def build(
@@ -266,19 +264,16 @@ class DenseRetriever:
             task = bar.add_task(f"encoding {len(passages):,} passages", total=shards)
             files, kept = encode_shards(
                 encode_texts, passages, folder, settings=settings, shard_size=shard_size,
-                texts=lambda p: passage_prefix + p.contents, on_shard=lambda j, n, done: bar.advance(task),
+                texts=lambda p: passage_prefix + p.contents, on_shard=lambda: bar.advance(task),
             )  # fmt: skip
         if kept and show_progress:
-            from ragrl.console import console
-
             console.print(f"kept {kept} of {len(files)} encoded shards from an earlier build in {folder}")
         dim = shard_dim(folder)
         spec = index_spec or ann.default_spec(index_type, len(passages), dim, train_size)
-        if train_size is None:
-            train_size = ann.auto_train_size(len(passages), ann.nlist_of(spec))
         readers = [lambda f=f: read_shard(f, dim) for f in files]
-        trains = not ann.new_index(faiss, spec, dim).is_trained  # its sample is part of its results
-        index = ann.build_from_shards(faiss, spec, dim, readers, total=len(passages), train_size=train_size)
+        index, trained_on = ann.build_from_shards(
+            faiss, spec, dim, readers, total=len(passages), train_size=train_size
+        )
         vectors = None
         if spec != "Flat":  # the full vectors, for exact re-ranking and recall checks
             out = Path(workdir) / VECTORS_NAME
@@ -303,7 +298,7 @@ class DenseRetriever:
             rerank=rerank,
             vectors=vectors,
             workdir=temporary,
-            train_size=train_size if trains else None,
+            train_size=trained_on,  # its sample is part of its results
         )
 
     # -- search ---------------------------------------------------------------------------------
@@ -311,7 +306,7 @@ class DenseRetriever:
         check_k(k)
         if not queries:
             return []
-        emb = self._encode([self.query_prefix + q for q in queries])
+        emb = self.encode_queries(queries)
         return [
             [Hit(self.passages[i], s) for i, s in row]
             for row in self.search_vectors(emb, min(k, len(self.passages)))
@@ -327,7 +322,7 @@ class DenseRetriever:
         for q, row_ids, row_scores in zip(emb, ids, scores, strict=True):
             found = row_ids >= 0
             row_ids, row_scores = row_ids[found], row_scores[found]
-            if rerank > 1 and self.vectors is not None and row_ids.size:
+            if rerank > 1 and row_ids.size:  # the constructor made sure the vectors are there
                 row_scores = self.vectors.take(row_ids) @ q
                 order = np.lexsort((row_ids, -row_scores))[:k]  # equal scores: the lower row first
                 row_ids, row_scores = row_ids[order], row_scores[order]
@@ -338,7 +333,7 @@ class DenseRetriever:
         """Recall@k of this index against exact search over its full vectors, for ``queries``."""
         if self.vectors is None:
             return {f"recall@{k}": 1.0 for k in ks}  # a flat index is the exact search
-        emb = self._encode([self.query_prefix + q for q in queries])
+        emb = self.encode_queries(queries)
         depth = min(max(ks), len(self.passages))
         exact = ann.exact_top_k(self.vectors.blocks(), emb, depth)
         approx = [[i for i, _ in row] for row in self.search_vectors(emb, depth)]
@@ -428,25 +423,10 @@ class DenseRetriever:
         )
 
 
-def encode(
-    encoder: Any, texts: list[str], *, batch_size: int, normalize: bool, show_progress: bool = False
-) -> np.ndarray:
-    """float32 embeddings, L2-normalised when ``normalize``; a rich progress bar when asked."""
-    if not show_progress:
-        chunks = [texts]
-    else:
-        step = batch_size * 4
-        chunks = [texts[i : i + step] for i in range(0, len(texts), step)]
-        chunks = progress(chunks, f"encoding {len(texts)} passages")  # type: ignore[assignment]
-    parts = [
-        encoder.encode(
-            chunk,
-            batch_size=batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=normalize,
-            show_progress_bar=False,
-        )
-        for chunk in chunks
-    ]
-    emb = np.concatenate(parts) if len(parts) > 1 else parts[0]
+def encode(encoder: Any, texts: list[str], *, batch_size: int, normalize: bool) -> np.ndarray:
+    """float32 embeddings, L2-normalised when ``normalize`` (a build shows its progress shard by shard)."""
+    emb = encoder.encode(
+        texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=normalize,
+        show_progress_bar=False,
+    )  # fmt: skip
     return np.ascontiguousarray(emb, dtype=np.float32)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ragrl.data.io import atomic_write
+from ragrl.data.io import atomic_write, save_open_file
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
@@ -53,11 +53,11 @@ def encode_shards(
     settings: dict[str, Any],
     shard_size: int = 50_000,
     texts: Callable[[Passage], str] = lambda p: p.contents,
-    on_shard: Callable[[int, int, bool], None] | None = None,
+    on_shard: Callable[[], None] | None = None,
 ) -> tuple[list[Path], int]:
     """Encode ``passages`` into ``folder`` shard by shard, keeping the shards a killed build finished;
     returns the shard files in order and how many were kept. ``settings`` (encoder, prefixes,
-    normalisation) must match a kept shard's; ``on_shard(index, count, kept)`` reports progress."""
+    normalisation) must match a kept shard's; ``on_shard()`` after each shard, kept or encoded."""
     if shard_size < 1:
         raise RagrlError(f"shard_size must be >= 1, got {shard_size}")
     folder.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def encode_shards(
         kept += int(done)
         files.append(path)
         if on_shard is not None:
-            on_shard(j, count, done)
+            on_shard()
     return files, kept
 
 
@@ -176,35 +176,9 @@ class VectorFile:
             raw = self._read(n * self._row_bytes, start * self._row_bytes)
             yield start, np.frombuffer(raw, dtype=np.float32).reshape(n, self.dim)
 
-    def same_file(self, path: Path) -> bool:
-        try:
-            other = os.stat(path)
-        except FileNotFoundError:
-            return False
-        mine = os.fstat(self.fd)
-        return (mine.st_dev, mine.st_ino) == (other.st_dev, other.st_ino)
-
     def save_as(self, target: Path) -> None:
-        """This file at ``target``, replacing what is there only once the copy is whole: a hard link
-        where the file system allows it (no copy of gigabytes), else a copy read from the open file."""
-        if self.same_file(target):
-            return
-        tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-        tmp.unlink(missing_ok=True)
-        try:
-            try:
-                os.link(self.path, tmp)
-                if not self.same_file(tmp):  # the name now holds another file: copy from ours
-                    raise OSError
-            except OSError:
-                tmp.unlink(missing_ok=True)
-                with tmp.open("wb") as f:
-                    for _, block in self.blocks():
-                        f.write(block.tobytes())
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        """This file at ``target`` (``ragrl.data.io.save_open_file``: linked, else copied)."""
+        save_open_file(self.fd, self.path, self.rows * self._row_bytes, target)
 
     def close(self) -> None:
         self._closer()

@@ -28,7 +28,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from ragrl.data.io import atomic_write
+from ragrl.data.io import atomic_write, same_file, save_open_file
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
@@ -96,40 +96,11 @@ class PassageStore(Sequence[Passage]):
             ) from None
 
     def _save_as(self, d: Path) -> None:
-        """This store's two files in ``d`` (a hard link, else a copy), each renamed into place whole."""
-        if _same_file(self._fd, d / CORPUS_NAME):
+        """This store's two files in ``d``: the corpus linked (else copied) as it is, its offsets saved."""
+        if same_file(self._fd, d / CORPUS_NAME):
             return
-        offsets = np.asarray(self._offsets)
-        for source, name in ((self.path, CORPUS_NAME), (None, OFFSETS_NAME)):
-            tmp = d / f".{name}.{os.getpid()}.tmp"
-            tmp.unlink(missing_ok=True)
-            try:
-                if source is None:
-                    with tmp.open("wb") as f:
-                        np.save(f, offsets)
-                else:
-                    try:
-                        os.link(source, tmp)
-                        if not _same_file(self._fd, tmp):  # the path now names another file
-                            raise OSError
-                    except OSError:
-                        tmp.unlink(missing_ok=True)
-                        self._copy_to(tmp)
-                os.replace(tmp, d / name)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-
-    def _copy_to(self, target: Path, block: int = 1 << 24) -> None:
-        """This store's file, copied from the descriptor it opened."""
-        size, done = int(self._offsets[-1]), 0
-        with target.open("wb") as f:
-            while done < size:
-                data = os.pread(self._fd, min(block, size - done), done)
-                if not data:
-                    raise RagrlError(f"{self.path}: the file shrank to {done} bytes while it was copied")
-                f.write(data)
-                done += len(data)
+        save_open_file(self._fd, self.path, int(self._offsets[-1]), d / CORPUS_NAME)
+        _save_offsets(d / OFFSETS_NAME, np.asarray(self._offsets), tolerate=False)
 
     def close(self) -> None:
         self._closer()
@@ -192,15 +163,6 @@ def _record(p: Passage) -> dict[str, str]:
     the passage back (a title with a newline, or in quotes, which ``Passage.from_contents`` strips)."""
     record = p.to_corpus_record()
     return record if Passage.from_contents(p.id, record["contents"]) == p else p.to_dict()
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        other = os.stat(path)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (mine.st_dev, mine.st_ino) == (other.st_dev, other.st_ino)
 
 
 def _last_byte(path: Path) -> bytes:
