@@ -212,6 +212,10 @@ def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
             "train.grpo.group_filter": "keep_all",
             "train.model.generation_batch_size": questions * args.group,
             "train.model.gradient_checkpointing": args.gradient_checkpointing,
+            # TRL's side runs bf16 autocast on a GPU: the same here, and one precision for accelerate's
+            # process-wide state (a second shape's ragrl trainer asking 'no' after TRL's 'bf16' was
+            # refused in the second GPU run)
+            "train.mixed_precision": "bf16" if args.device == "cuda" else "no",
         },
     )  # fmt: skip
 
