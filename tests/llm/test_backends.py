@@ -1,5 +1,5 @@
 """Generation backends: greedy = argmax, log-probs = the training recompute, exact sampling, stops,
-seeds, batch independence; the vLLM mapping without vLLM (and the real engine where installed)."""
+seeds, batch independence; the vLLM mapping without vLLM (the real engine: test_vllm_backend.py)."""
 
 from __future__ import annotations
 
@@ -436,29 +436,3 @@ def test_vllm_backend_without_vllm_names_the_extra() -> None:
             VLLMBackend("/nonexistent")
     else:
         pytest.skip("vllm is installed")
-
-
-@pytest.fixture(scope="module")
-def vllm_model_dir(tmp_path_factory, model: LlamaForCausalLM, tok: PreTrainedTokenizerFast):  # noqa: ANN001, ANN201
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM tests need a GPU")
-    path = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-def test_vllm_logprobs_match_training_recompute(vllm_model_dir, model: LlamaForCausalLM) -> None:  # noqa: ANN001
-    from ragrl.llm.vllm_backend import VLLMBackend
-
-    be = VLLMBackend(str(vllm_model_dir), dtype="float32", gpu_memory_utilization=0.3, enforce_eager=True)
-    for temperature in (0.0, 1.0, 0.7):
-        gens = be.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=temperature, seed=3))
-        seqs = [p + g.token_ids for p, g in zip(PROMPTS, gens, strict=True)]
-        ids, mask = pad_batch(seqs, 0, "right")
-        with torch.no_grad():
-            lp = token_logprobs(model, ids, mask, temperature=temperature or 1.0)
-        for b, (p, g) in enumerate(zip(PROMPTS, gens, strict=True)):
-            ref = lp[b, len(p) - 1 : len(p) - 1 + len(g.token_ids)]
-            assert float((ref - torch.tensor(g.logprobs)).abs().max()) < 1e-3

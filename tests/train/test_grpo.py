@@ -672,3 +672,43 @@ def test_rename_world_config_errors(world_dir, tmp_path):
         RagrlError, match="the r2ag method grows its next questions from each step's episodes"
     ):
         GRPOTrainer(r2ag, r2ag.train, eval_examples=[])
+
+
+def test_a_recomputed_pi_old_is_compared_with_the_backends_logprobs_and_can_weight_the_loss(
+    world_dir, tmp_path
+):
+    """With π_old recomputed, every step logs how far the backend's log-probs of its sampled tokens are
+    from the trainer's (the transformers backend decodes with a KV cache, the trainer in one pass: the
+    same up to float order); ``tis_cap`` weights the loss by the capped ratio, which here cuts nothing."""
+    method = small_method(world_dir, tmp_path / "a", "train.steps=1", "train.grpo.old_logprobs=recompute")
+    row = GRPOTrainer(method, method.train, eval_examples=[]).step()
+    assert 0 <= row["engine/logprob_diff"] < 1e-4 and abs(row["engine/kl"]) < 1e-6
+    assert 0 <= row["engine/prob_diff"] < 1e-4 and "engine/tis_cut_frac" not in row
+    assert "engine/staleness" not in row  # the policy decodes: no engine to keep current
+    method = small_method(world_dir, tmp_path / "b", "train.steps=1", "train.grpo.tis_cap=2")
+    row = GRPOTrainer(method, method.train, eval_examples=[]).step()  # auto: recomputed for the weights
+    assert row["engine/tis_cut_frac"] == 0.0 and row["engine/logprob_diff"] < 1e-4 and row["grad_norm"] > 0
+    # the default (one update, no engine): π_old is π_θ detached and nothing is compared
+    method = small_method(world_dir, tmp_path / "c", "train.steps=1")
+    assert "engine/logprob_diff" not in GRPOTrainer(method, method.train, eval_examples=[]).step()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["train.engine.backend=sglang"],
+            "train.engine.backend must be one of transformers, vllm, got 'sglang'",
+        ),
+        (["train.engine.sync_every=0"], "train.engine.sync_every must be >= 1, got 0"),
+        (["train.grpo.tis_cap=0.5"], "train.grpo.tis_cap must be 0 .off. or >= 1"),
+        (["train.grpo.tis_cap=2", "train.grpo.old_logprobs=rollout"], "with 'rollout'"),
+        (["train.engine.backend=vllm", "train.algo=cycles"], "train.algo 'cycles' generates with the policy"),
+        (["train.engine.backend=vllm", "train.parallel.mode=fsdp"], "not with train.model.lora nor"),
+    ],
+)
+def test_engine_config_errors_name_the_key(world_dir, tmp_path, overrides, message):
+    from ragrl.errors import RagrlError
+
+    with pytest.raises(RagrlError, match=message):
+        small_method(world_dir, tmp_path / "run", *overrides).train.validate()

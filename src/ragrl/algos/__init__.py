@@ -30,6 +30,7 @@ from ragrl.algos.losses import (
     POLICY_LOSSES,
     aggregate,
     aggregation_names,
+    engine_mismatch,
     get_aggregation,
     masked_mean,
     policy_loss,
@@ -37,6 +38,7 @@ from ragrl.algos.losses import (
     ppo_clip_loss,
     register_aggregation,
     register_policy_loss,
+    tis_weights,
 )
 from ragrl.algos.preference import (
     PREFERENCE_LOSSES,
@@ -56,6 +58,7 @@ __all__ = [
     "advantage_names",
     "aggregate",
     "aggregation_names",
+    "engine_mismatch",
     "batch_groups",
     "compute_advantages",
     "difficulty_weight",
@@ -77,5 +80,6 @@ __all__ = [
     "register_filter",
     "register_kl",
     "register_policy_loss",
+    "tis_weights",
     "register_preference_loss",
 ]

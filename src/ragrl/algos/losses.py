@@ -156,6 +156,7 @@ def policy_loss(
     agg: str = "token_mean",
     constant: float | None = None,
     pg_loss: str = "ppo_clip",
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The GRPO-family loss: a per-token policy loss (``pg_loss``, PPO-clip by default) + β·KL(π_θ‖π_ref)
     per token, then one aggregation.
@@ -165,6 +166,10 @@ def policy_loss(
     ``ref_logp``. With ``beta > 0`` the KL is added to the per-token loss before aggregating, as TRL does;
     verl aggregates the two separately with the same mode, which gives the same scalar.
 
+    ``is_weights`` (``[B, T]``, detached) multiply the policy term per token before the KL is added:
+    truncated importance sampling's min(π_old / π_engine, C) (``tis_weights``), as verl applies
+    ``tis_imp_ratio`` to ``pg_losses``.
+
     Returns the scalar loss and detached metrics: those of ``ppo_clip_loss`` plus ``pg_loss`` (the clip
     term alone, aggregated), ``kl`` (masked token mean of the KL estimate, when ``beta > 0``) and ``loss``.
     """
@@ -173,6 +178,8 @@ def policy_loss(
     pg, metrics = POLICY_LOSSES.get(pg_loss)(
         logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high
     )
+    if is_weights is not None:
+        pg = pg * is_weights.detach()
     per_token = pg
     if beta != 0.0:
         if ref_logp is None:
@@ -184,3 +191,25 @@ def policy_loss(
     metrics["pg_loss"] = aggregate(pg.detach(), mask, agg, constant=constant)
     metrics["loss"] = loss.detach()
     return loss, metrics
+
+
+def tis_weights(old_logp: Tensor, engine_logp: Tensor, mask: Tensor, cap: float) -> tuple[Tensor, Tensor]:
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training"): per token min(π_old / π_engine, ``cap``), 0 off the mask, and the share of
+    masked tokens the cap cut."""
+    ratio = torch.exp(old_logp - engine_logp) * mask
+    return ratio.clamp(max=cap), masked_mean((ratio > cap).float(), mask)
+
+
+def engine_mismatch(old_logp: Tensor, engine_logp: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """How far the trainer's log-probs of the sampled tokens (π_old) are from the ones the generation
+    engine reported (π_engine), over the masked tokens: ``logprob_diff`` mean |log π_old − log π_engine|,
+    ``prob_diff`` mean |π_old − π_engine| (verl's ``rollout_probs_diff_mean``) and ``kl`` the k3 estimate
+    of KL(π_engine ‖ π_old), unbiased on tokens the engine sampled: mean(r − 1 − log r), r = π_old /
+    π_engine."""
+    log_r = (old_logp - engine_logp) * mask
+    return {
+        "logprob_diff": masked_mean(log_r.abs(), mask),
+        "prob_diff": masked_mean((old_logp.exp() - engine_logp.exp()).abs(), mask),
+        "kl": masked_mean(torch.exp(log_r) - 1.0 - log_r, mask),
+    }

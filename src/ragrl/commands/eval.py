@@ -256,18 +256,22 @@ def eval_command(
             if not console.is_terminal:  # a log gets one line per chunk instead of a bar
                 console.print(f"rolled out {done}/{total} questions ({time.perf_counter() - t0:.0f} s)")
 
-        report = evaluate(
-            policy,
-            retriever,
-            method_obj,
-            examples,
-            temperature=temperature,
-            seed=seed,
-            variant=variant,
-            bootstrap=bootstrap,
-            chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
-            on_progress=on_progress,
-        )
+        try:
+            report = evaluate(
+                policy,
+                retriever,
+                method_obj,
+                examples,
+                temperature=temperature,
+                seed=seed,
+                variant=variant,
+                bootstrap=bootstrap,
+                chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
+                on_progress=on_progress,
+            )
+        finally:
+            if backend == "vllm":  # its engine's processes: the command cannot exit while they run
+                policy.close()
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
         console.print(

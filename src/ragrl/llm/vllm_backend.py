@@ -29,6 +29,15 @@ log-probs are those of the *truncated, renormalised* distribution (what was actu
 not the full-vocabulary ones; every ``Generation`` says which it got in
 ``metadata["logprobs_mode"]``/``metadata["truncated"]``.
 
+Weights. A trainer hands the engine its new weights with ``VLLMBackend.load_weights`` (HF names, as
+``state_dict()`` gives them): each tensor travels as raw bytes with its dtype and shape (``pack_weights``;
+vLLM's message codec turns tensors inside a utility call's arguments into lists) to the worker
+extension ``WeightSync``, which rebuilds it and calls the model runner's ``reload_weights`` (vLLM's own
+in-place reload, which re-lays the weights as each backend needs; ``model.load_weights`` alone does not
+on the CPU backend). The round trip goes through the engine's message queue, so it costs a copy of the
+weights: fine for the models of a CPU or a single GPU, not the way to move 7B weights every step (vLLM's
+NCCL weight transfer is, docs/backends.md).
+
 Finish reasons: vLLM's ``"length"`` → ``"length"``; ``"stop"`` with ``stop_reason`` a string →
 ``"stop"`` (that string); ``stop_reason`` an int → ``"stop"`` (that id) unless it is an EOS id (the
 tokenizer's or the model's ``generation_config.json`` ones, which vLLM adds to the stop ids) → ``"eos"``;
@@ -39,13 +48,20 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 
-__all__ = ["VLLMBackend", "to_generation", "vllm_sampling_kwargs"]
+__all__ = [
+    "VLLMBackend",
+    "WeightSync",
+    "pack_weights",
+    "to_generation",
+    "unpack_weights",
+    "vllm_sampling_kwargs",
+]
 
 _INSTALL_HINT = "vLLM is not installed: pip install 'ragrl[vllm]'"
 
@@ -124,6 +140,51 @@ def to_generation(
     )
 
 
+def pack_weights(
+    named: Iterable[tuple[str, Any]], dtype: Any = None
+) -> tuple[list[str], list[tuple[bytes, str, list[int]]]]:
+    """``(name, tensor)`` pairs as (names, [(raw bytes, torch dtype name, shape)]): what crosses the
+    engine's message queue intact (pure; ``unpack_weights`` is its inverse). ``dtype``: floating tensors
+    cast to it first (the engine's; half the bytes for a bf16 engine of an fp32 policy)."""
+    import torch
+
+    names, blobs = [], []
+    for name, tensor in named:
+        t = tensor.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        t = t.to("cpu").contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        names.append(name)
+        blobs.append((raw, str(t.dtype).removeprefix("torch."), list(t.shape)))
+    return names, blobs
+
+
+def unpack_weights(names: Sequence[str], blobs: Sequence[Sequence[Any]]) -> list[tuple[str, Any]]:
+    """The ``(name, tensor)`` pairs ``pack_weights`` packed, bit for bit."""
+    import torch
+
+    out = []
+    for name, (raw, dtype, shape) in zip(names, blobs, strict=True):
+        kind = getattr(torch, str(dtype), None)
+        if not isinstance(kind, torch.dtype):
+            raise RagrlError(f"weight {name!r}: unknown dtype {dtype!r}")
+        buffer = bytearray(raw)  # writable, owned by the tensor built on it
+        flat = torch.frombuffer(buffer, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+        out.append((name, flat.view(kind).reshape([int(x) for x in shape])))
+    return out
+
+
+class WeightSync:
+    """The worker extension a ``VLLMBackend`` engine is built with (``worker_extension_cls``): its methods
+    become the engine workers' own, called by name through ``collective_rpc``."""
+
+    def ragrl_load_weights(self, names: list[str], blobs: list[Any]) -> int:
+        weights = unpack_weights(names, blobs)
+        self.model_runner.reload_weights(weights_iterator=iter(weights))  # type: ignore[attr-defined]
+        return len(weights)
+
+
 class VLLMBackend:
     """A ``GenerationBackend`` over ``vllm.LLM`` (token-id prompts, one request per prompt).
 
@@ -138,10 +199,46 @@ class VLLMBackend:
         kwargs = dict(engine_kwargs)
         if "logprobs_mode" not in kwargs and _engine_accepts(vllm, "logprobs_mode"):
             kwargs["logprobs_mode"] = "processed_logprobs"
+        if "enable_chunked_prefill" not in kwargs and not _cuda():
+            # vLLM's CPU build re-winds a seeded request's generator when a chunked prefill discards its
+            # sampled token, and torch's CPU generators cannot (`CPU Generator does not use offset`):
+            # whole prompts only there (measured: 128 requests of a multi-turn rollout stopped it)
+            kwargs["enable_chunked_prefill"] = False
+        if "worker_extension_cls" not in kwargs and _engine_accepts(vllm, "worker_extension_cls"):
+            kwargs["worker_extension_cls"] = f"{__name__}.WeightSync"
+        self.can_load_weights = kwargs.get("worker_extension_cls") == f"{__name__}.WeightSync"
         self.logprobs_mode = str(kwargs.get("logprobs_mode", "raw (vLLM without logprobs_mode)"))
         self.llm = vllm.LLM(model=str(model_path), **kwargs)
+        self.dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
+        """The engine's weight dtype (new weights are cast to it before they travel)."""
         self.tokenizer = self.llm.get_tokenizer()
         self.eos_token_ids = _eos_ids(str(model_path), self.tokenizer)
+
+    def load_weights(self, named: Iterable[tuple[str, Any]]) -> int:
+        """Put ``named`` (HF parameter names → tensors, e.g. a policy's ``state_dict().items()``) into the
+        engine's model, in place; returns how many tensors each worker loaded."""
+        if not self.can_load_weights:
+            raise RagrlError(
+                "this vLLM engine was built without ragrl's worker extension (worker_extension_cls): it "
+                "cannot take new weights"
+            )
+        names, blobs = pack_weights(named, self.dtype)
+        loaded = self.llm.collective_rpc("ragrl_load_weights", args=(names, blobs))
+        return int(min(loaded))
+
+    def close(self) -> None:
+        """Stop the engine's processes (a process that holds a running engine cannot exit)."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for the update (vLLM's sleep mode, level 1: the weights go to
+        CPU memory and the KV cache is dropped); needs ``enable_sleep_mode=True`` and a GPU."""
+        self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One ``Generation`` per prompt, in order."""
@@ -179,6 +276,12 @@ def _eos_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
     elif isinstance(extra, list | tuple):
         ids.update(int(x) for x in extra)
     return frozenset(ids)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _engine_accepts(vllm: Any, name: str) -> bool:

@@ -44,6 +44,29 @@ class ModelConfig:
     """Prompts decoded together by the rollout backend."""
 
 
+ROLLOUT_BACKENDS = ("transformers", "vllm")
+
+
+@dataclass
+class EngineConfig:
+    """What generates GRPO's rollouts (docs/backends.md)."""
+
+    backend: str = "transformers"
+    """``transformers``: the policy itself (ragrl's decoding loop: every rollout on the current
+    weights). ``vllm``: a vLLM engine in the trainer's process (``pip install 'ragrl[vllm]'``), given
+    the policy's weights every ``sync_every`` optimizer steps; one process, no LoRA."""
+    sync_every: int = 1
+    """vLLM: load the policy's weights into the engine before a step's rollouts once they are this many
+    optimizer steps old (1: every step; N: rollouts from weights up to N - 1 updates old, logged as
+    ``engine/staleness``)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """vLLM: keyword arguments of ``vllm.LLM`` (``gpu_memory_utilization``, ``dtype``,
+    ``enforce_eager``, ``max_model_len``, ``enable_sleep_mode``, ...)."""
+    sleep: bool = False
+    """vLLM on a GPU: the engine sleeps through the update (level 1: its weights to CPU memory, its KV
+    cache freed) and wakes for the next rollouts; needs ``options.enable_sleep_mode: true``."""
+
+
 PARALLEL_MODES = ("ddp", "fsdp", "deepspeed")
 
 
@@ -137,8 +160,14 @@ class GRPOConfig:
     groups (0: train on whatever survives)."""
     old_logprobs: str = "auto"
     """``auto``: π_old = π_θ detached when μ = 1 and one minibatch (one forward pass per sequence),
-    else recomputed by a forward pass before the updates; ``recompute``: always that pass;
-    ``rollout``: the log-probs the generation backend reported."""
+    else recomputed by a forward pass before the updates (also with a vLLM engine or ``tis_cap``: the
+    engine's log-probs are compared with it); ``recompute``: always that pass; ``rollout``: the
+    log-probs the generation backend reported."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling (Yao et al. 2025, verl's ``tis_imp_ratio_cap``): each token's
+    policy loss weighted by min(π_old / π_engine, cap), π_engine the probability the generation backend
+    reported for the token it sampled. It corrects for the engine sampling from numerically different
+    weights (a vLLM engine, a stale sync); 0: off, else >= 1 (verl uses 2)."""
     name_swap: float = 0.0
     """Share of the update's samples shown with their synthetic entity names consistently renamed
     (``ragrl.train.augment``, the world of ``train.sft.world``), as the SFT warm start does: the reward
@@ -273,6 +302,7 @@ class TrainConfig:
     seed: int = 0
     steps: int = 100
     model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -404,6 +434,28 @@ class TrainConfig:
         if g.old_logprobs not in ("auto", "recompute", "rollout"):
             raise RagrlError(
                 f"train.grpo.old_logprobs must be auto|recompute|rollout, got {g.old_logprobs!r}"
+            )
+        if g.tis_cap and (g.tis_cap < 1.0 or g.old_logprobs == "rollout"):
+            raise RagrlError(
+                f"train.grpo.tis_cap must be 0 (off) or >= 1 with old_logprobs auto or recompute, got "
+                f"{g.tis_cap} with {g.old_logprobs!r}"
+            )
+        e = self.engine
+        if e.backend not in ROLLOUT_BACKENDS:
+            raise RagrlError(
+                f"train.engine.backend must be one of {', '.join(ROLLOUT_BACKENDS)}, got {e.backend!r}"
+            )
+        if e.sync_every < 1:
+            raise RagrlError(f"train.engine.sync_every must be >= 1, got {e.sync_every}")
+        if e.backend == "vllm" and self.algo != "grpo":
+            raise RagrlError(
+                f"train.engine.backend: vllm plays GRPO's rollouts; train.algo {self.algo!r} generates with "
+                "the policy (set train.engine.backend: transformers)"
+            )
+        if e.backend == "vllm" and (self.model.lora is not None or self.parallel.mode != "ddp"):
+            raise RagrlError(
+                "train.engine.backend: vllm takes the whole policy's weights from one process: not with "
+                "train.model.lora nor train.parallel.mode fsdp / deepspeed (yet)"
             )
         if not 0.0 <= self.sft.name_swap <= 1.0:
             raise RagrlError(

@@ -15,15 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# bm25s runs a JAX top-k when it is imported if JAX is installed; on a GPU machine that starts JAX's
-# GPU client, which takes 75% of the GPU's memory for itself, and the policy then runs out of memory.
-# ragrl never uses bm25s's JAX path, so JAX stays on the CPU unless the user says otherwise.
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import numpy as np
 
-import bm25s  # noqa: E402
-import numpy as np  # noqa: E402
+if TYPE_CHECKING:
+    import bm25s
 
 from ragrl.console import progress_bar
 from ragrl.data.schema import Passage
@@ -41,7 +38,7 @@ from ragrl.retrieval.base import (
     save_corpus,
     write_manifest,
 )
-from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks
+from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s
 from ragrl.retrieval.store import own_copy
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -113,7 +110,7 @@ class BM25Retriever:
             raise RagrlError(f"unknown BM25 method {method!r} (expected one of {', '.join(METHODS)})")
         if not passages:
             raise RagrlError("cannot build a BM25 index from an empty corpus")
-        model = bm25s.BM25(method=method, k1=k1, b=b, delta=delta)
+        model = load_bm25s().BM25(method=method, k1=k1, b=b, delta=delta)
         chunks = 2 * ((len(passages) + CHUNK - 1) // CHUNK)  # two passes over the passages
         with progress_bar(disable=not show_progress) as bar:
             task = bar.add_task(f"indexing {len(passages):,} passages with BM25", total=chunks)
@@ -159,7 +156,7 @@ class BM25Retriever:
     # -- search -------------------------------------------------------------------------------
     def tokenize(self, queries: list[str]) -> list[list[str]]:
         """The exact query tokens used by ``search`` (lower-cased, stopwords removed, stemmed)."""
-        return bm25s.tokenize(
+        return load_bm25s().tokenize(
             queries, stopwords=self._stopwords, stemmer=self._stemmer, return_ids=False, show_progress=False
         )
 
@@ -242,7 +239,7 @@ class BM25Retriever:
         params = manifest["params"]
         try:
             # the score arrays memory-mapped: a search reads only its terms' columns
-            model = bm25s.BM25.load(str(d / _BM25S_DIR), show_progress=False, mmap=True)
+            model = load_bm25s().BM25.load(str(d / _BM25S_DIR), show_progress=False, mmap=True)
         except (OSError, ValueError, KeyError, EOFError) as e:  # a truncated .npy, a broken json
             raise RagrlError(
                 f"{d}: the bm25s index files are damaged ({type(e).__name__}: {e}); "

@@ -26,22 +26,32 @@ import tempfile
 from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # as ragrl.retrieval.bm25: bm25s may start JAX on import
+import numpy as np
 
-import bm25s  # noqa: E402
-import numpy as np  # noqa: E402
-from bm25s.scoring import (  # noqa: E402
-    _build_idf_array,
-    _build_nonoccurrence_array,
-    _select_idf_scorer,
-    _select_tfc_scorer,
-)
+from ragrl.data.schema import Passage
 
-from ragrl.data.schema import Passage  # noqa: E402
+if TYPE_CHECKING:
+    import bm25s
 
 CHUNK = 100_000
+
+
+def load_bm25s() -> Any:
+    """bm25s, imported when first needed, not when ragrl is.
+
+    bm25s runs a JAX top-k when it is imported if JAX is installed; on a GPU machine that starts JAX's
+    GPU client, which takes 75% of the GPU's memory for itself, and the policy then runs out of memory.
+    ragrl never uses bm25s's JAX path, so JAX stays on the CPU unless the user says otherwise. And
+    bm25s imports numba when it is installed: a vLLM engine on the CPU spawns processes that import
+    again the module that started them (``ragrl``'s command line), and numba's llvmlite stops them
+    (vLLM 0.32's kernel scan cannot read one of its objects). Imported here, numba stays in the
+    processes that search."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import bm25s
+
+    return bm25s
 
 
 def build_in_chunks(
@@ -56,6 +66,13 @@ def build_in_chunks(
 ) -> bm25s.BM25:
     """Index ``passages`` (``title + "\\n" + text``) into ``model`` (its method, k1, b, delta);
     ``on_chunk()`` after each chunk of each of the two passes over the passages."""
+    from bm25s.scoring import (
+        _build_idf_array,
+        _build_nonoccurrence_array,
+        _select_idf_scorer,
+        _select_tfc_scorer,
+    )
+
     n = len(passages)
     with tempfile.TemporaryDirectory(prefix="ragrl-bm25-", dir=workdir) as tmp:
         files, vocab, df, lengths = _count(passages, Path(tmp), stopwords, stemmer, chunk, on_chunk)
@@ -97,7 +114,7 @@ def _count(
     for j, start in enumerate(range(0, len(passages), chunk)):
         end = min(start + chunk, len(passages))
         texts = [p.contents for p in passages[start:end]]
-        tokens = bm25s.tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False)
+        tokens = load_bm25s().tokenize(texts, stopwords=stopwords, stemmer=stemmer, show_progress=False)
         local = np.empty(len(tokens.vocab), dtype=np.int64)
         for token, i in tokens.vocab.items():
             local[i] = vocab.setdefault(token, len(vocab))
@@ -124,6 +141,8 @@ def _scores(
     idf: np.ndarray, nonoccurrence: np.ndarray | None, on_chunk: Callable[[], None] | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Pass 3: every (document, term) score in compressed-column order (a term's documents ascending)."""
+    from bm25s.scoring import _select_tfc_scorer
+
     vocab_size = len(df)
     indptr = np.zeros(vocab_size + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])

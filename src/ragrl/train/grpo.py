@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from ragrl.algos import compute_advantages, get_filter, group_stats, policy_loss
+from ragrl.algos import compute_advantages, engine_mismatch, get_filter, group_stats, policy_loss, tis_weights
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.eval.runner import rollout_stats
@@ -52,6 +52,7 @@ from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.augment import NameSwap, RenamedRetriever, WorldRenaming
 from ragrl.train.base import Trainer
 from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
+from ragrl.train.rollout_engine import make_rollout_engine
 
 
 def check_learnable(method: Method) -> None:
@@ -145,7 +146,9 @@ class GRPOTrainer(Trainer):
         if g.rename_world:
             self.world = WorldRenaming.for_run(config, "train.grpo.rename_world")
             self.rollout_retriever = RenamedRetriever(self.retriever)
-        self.rollout = method.make_rollout(self.backend, self.rollout_retriever)
+        self.engine = make_rollout_engine(config, self.policy, self.tokenizer, self.acc.num_processes)
+        """``train.engine``: the vLLM engine that plays the rollouts, or None (the policy decodes)."""
+        self.rollout = method.make_rollout(self.engine or self.backend, self.rollout_retriever)
         self.name_swap = None
         if g.name_swap:  # the world's names, renamed in the update's samples (ragrl.train.augment)
             self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.grpo.name_swap")
@@ -167,6 +170,14 @@ class GRPOTrainer(Trainer):
             self.source = method.task_source(self.train_examples, config.seed)
             self.acc.register_for_checkpointing(self.source)
 
+    def train(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``Trainer.train``; the rollout engine's processes stop with it, however it ends."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self.engine is not None:
+                self.engine.close()
+
     def exhausted(self) -> bool:
         return self.source is not None and self.source.done
 
@@ -179,10 +190,13 @@ class GRPOTrainer(Trainer):
 
         # 1-4. questions -> episodes -> rewards -> samples with advantages -> the group filter (_play);
         # with refill_rounds > 0, new questions are played until per_process groups survive the filter
+        engine_metrics = self.engine.before_rollouts(self.step_count) if self.engine is not None else {}
         with self.parallel.generating(self.model, self.backend):  # FSDP: gathered once for the rollouts
             rounds = [self._play(0, per_process)]
             while len(rounds) <= g.refill_rounds and self._short_of_groups(rounds, per_process):
                 rounds.append(self._play(len(rounds), per_process))
+        if self.engine is not None:
+            self.engine.after_rollouts()
         t_rollout = time.perf_counter() - t0
 
         # 5-6. the policy update on the kept samples (the first per_process kept groups when refilling)
@@ -225,6 +239,7 @@ class GRPOTrainer(Trainer):
         metrics.update(step_diagnostics)
         if self.source is not None:
             metrics.update(self.source.metrics())
+        metrics.update(engine_metrics)
         metrics["samples"] = int(self.global_sum(sum(len(r.samples) for r in rounds)))
         metrics["refill_rounds"] = len(rounds) - 1
         metrics["rollout_seconds"] = round(t_rollout, 3)
@@ -361,11 +376,22 @@ class GRPOTrainer(Trainer):
                             logp, entropy = logp
                             mean = float((entropy * b.loss_mask).sum()) / max(b.num_tokens, 1)
                             stats.add("entropy", mean, b.num_tokens)
+                        weights = None
+                        if self._recomputes() and epoch == 0:  # π_old against what the backend reported
+                            for name, v in engine_mismatch(
+                                b.old_logprobs, b.rollout_logprobs, b.loss_mask
+                            ).items():
+                                stats.add(f"engine/{name}", float(v), b.num_tokens)
+                        if g.tis_cap:
+                            weights, cut = tis_weights(
+                                b.old_logprobs, b.rollout_logprobs, b.loss_mask, g.tis_cap
+                            )
+                            stats.add("engine/tis_cut_frac", float(cut), b.num_tokens)
                         loss, m = policy_loss(
                             logp, b.old_logprobs, adv, b.loss_mask, ref_logp=b.ref_logprobs,
                             eps_low=g.clip_low, eps_high=g.clip_high, beta=g.kl_coef, kl=g.kl,
                             kl_params=g.kl_params, agg=g.loss_agg, constant=g.loss_agg_constant,
-                            pg_loss=g.pg_loss,
+                            pg_loss=g.pg_loss, is_weights=weights,
                         )  # fmt: skip
                         units = b.num_tokens if by_tokens else len(b)
                         scale = units / max(global_units, 1) * self.acc.num_processes
@@ -393,9 +419,7 @@ class GRPOTrainer(Trainer):
         every process, padded with ``None`` (a pass that joins the collectives and adds nothing)."""
         g = self.config.grpo
         dev = self.acc.device
-        recompute = g.old_logprobs == "recompute" or (
-            g.old_logprobs == "auto" and (g.ppo_epochs > 1 or g.minibatches > 1)
-        )
+        recompute = self._recomputes()
         out = []
         for mb in _split_groups([s.group for s in samples], g.minibatches):
             chunks = _chunks(mb, g.micro_batch_size)
@@ -421,6 +445,16 @@ class GRPOTrainer(Trainer):
                 micro_batches.append((b, advantage_tensor([samples[i] for i in rows], b).to(dev)))
             out.append(micro_batches)
         return out
+
+    def _recomputes(self) -> bool:
+        """Whether π_old is a forward pass of its own before the updates (``train.grpo.old_logprobs``):
+        always under ``recompute``; under ``auto`` when more than one update reads it, and when a vLLM
+        engine or truncated importance sampling needs it against the engine's log-probs."""
+        g = self.config.grpo
+        return g.old_logprobs == "recompute" or (
+            g.old_logprobs == "auto"
+            and (g.ppo_epochs > 1 or g.minibatches > 1 or self.engine is not None or g.tis_cap > 0)
+        )
 
     # -- pieces of the update -------------------------------------------------------------------------
     def _logprobs(self, model: Any, b: SequenceBatch, temperature: float, with_entropy: bool = False) -> Any:
