@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     options = {"dtype": "float32", "enforce_eager": not torch.cuda.is_available(), "max_model_len": 2048}
     vllm = VLLMBackend(str(model_dir), **options)
     start_seconds = time.perf_counter() - t0
-    synced = SyncedEngine(vllm, hf.model, hf.tokenizer)  # as GRPO's train.engine drives it
+    synced = SyncedEngine(lambda: vllm, hf.model, hf.tokenizer)  # as GRPO's train.engine drives it
     sides = {
         "transformers": RolloutEngine(hf, retriever, method.protocol, config),
         "vllm": RolloutEngine(synced, retriever, method.protocol, config),
@@ -74,10 +74,24 @@ def main(argv: list[str] | None = None) -> dict:
         f"max_turns={config.max_turns} max_new_tokens={config.max_new_tokens}, torch threads "
         f"{torch.get_num_threads()}, cpus {os.cpu_count()}; vLLM engine started in {start_seconds:.1f} s"
     )
+    try:
+        figures = _measure(args, sides, synced, hf, examples, start_seconds)
+    finally:
+        synced.close()
+    if tmp is not None:
+        tmp.cleanup()
+    return figures
+
+
+def _measure(args, sides, synced, hf, examples, start_seconds) -> dict:  # noqa: ANN001
     tokens: dict[str, int] = {}
     seconds: dict[str, list[float]] = {name: [] for name in sides}
+    params = sum(p.numel() for p in hf.model.parameters())
     for repeat in range(args.repeats + 1):  # the first round warms up
         for name, engine in sides.items():
+            # every repeat from cold caches: the same prompts again would find their prefixes cached
+            hf.clear_prefix_cache()
+            synced.backend.clear_prefix_cache()
             t0 = time.perf_counter()
             trajectories = engine.run(examples, n=args.n, seed=args.seed)
             dt = time.perf_counter() - t0
@@ -90,7 +104,6 @@ def main(argv: list[str] | None = None) -> dict:
             assert work == tokens[name], f"{name}: the rollout's work changed between repeats"
             seconds[name].append(dt)
     sync_seconds = synced.sync(0)
-    synced.close()
     figures = {"questions": len(examples), "n": args.n, "parameters": params, "engine_start_s": start_seconds}
     figures["weight_sync_s"] = sync_seconds
     for name in sides:
@@ -109,8 +122,6 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"weight load into the engine: {sync_seconds:.3f} s ({len(hf.model.state_dict())} tensors)")
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    if tmp is not None:
-        tmp.cleanup()
     print(f"rollout tokens/s, vLLM / transformers (median): {ratio:.2f}")
     return figures
 

@@ -118,3 +118,26 @@ def test_many_long_seeded_prompts_sample_and_repeat(engine) -> None:  # noqa: AN
     first = [g.token_ids for g in engine.generate(prompts, params)]
     assert len(first) == 64 and all(len(t) == 4 for t in first)
     assert [g.token_ids for g in engine.generate(prompts, params)] == first
+
+
+@pytest.mark.vllm
+def test_a_cached_prompt_prefix_goes_with_the_old_weights(engine, base) -> None:  # noqa: ANN001
+    """vLLM caches prompt prefixes by blocks (128 tokens on the CPU build): after a weight load the
+    cached keys and values of a shared prefix would be the old weights'; ``load_weights`` drops them."""
+    torch.manual_seed(2)
+    prefix = torch.randint(5, 8000, (300,)).tolist()
+    prompts = [[*prefix, 11, 12], [*prefix, 13]]
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    engine.generate(prompts, params)  # the prefix is cached now
+    changed = AutoModelForCausalLM.from_pretrained(SHIPPED_BASE, dtype=torch.float32).eval()
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    engine.load_weights(changed.state_dict().items())
+    theirs = engine.generate(prompts, params)
+    ours = reference(changed).generate(prompts, params)
+    assert [g.token_ids for g in theirs] == [g.token_ids for g in ours]
+    for a, b in zip(theirs, ours, strict=True):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
+    engine.load_weights(base.state_dict().items())

@@ -705,6 +705,14 @@ def test_a_recomputed_pi_old_is_compared_with_the_backends_logprobs_and_can_weig
         (["train.grpo.tis_cap=2", "train.grpo.old_logprobs=rollout"], "with 'rollout'"),
         (["train.engine.backend=vllm", "train.algo=cycles"], "train.algo 'cycles' generates with the policy"),
         (["train.engine.backend=vllm", "train.parallel.mode=fsdp"], "not with train.model.lora nor"),
+        (
+            ["train.engine.backend=vllm", "train.engine.sync_every=3", "train.save_every=4"],
+            r"train.save_every \(4\) must be a multiple of train.engine.sync_every \(3\)",
+        ),
+        (
+            ["train.engine.backend=vllm", "train.grpo.old_logprobs=rollout"],
+            "up to sync_every - 1 steps stale",
+        ),
     ],
 )
 def test_engine_config_errors_name_the_key(world_dir, tmp_path, overrides, message):
@@ -712,3 +720,45 @@ def test_engine_config_errors_name_the_key(world_dir, tmp_path, overrides, messa
 
     with pytest.raises(RagrlError, match=message):
         small_method(world_dir, tmp_path / "run", *overrides).train.validate()
+
+
+class _ReportsLower:
+    """The trainer's own backend, reporting every log-prob ``log 4`` lower: π_old / π_backend = 4."""
+
+    def __init__(self, backend) -> None:  # noqa: ANN001
+        self.backend, self.tokenizer = backend, backend.tokenizer
+
+    def generate(self, prompts, params):  # noqa: ANN001, ANN201
+        import dataclasses
+
+        gens = self.backend.generate(prompts, params)
+        return [dataclasses.replace(g, logprobs=[x - math.log(4) for x in g.logprobs]) for g in gens]
+
+
+def test_truncated_importance_weights_reach_the_loss(world_dir, tmp_path):
+    """Every token's ratio is 4, cut to the cap of 2: the gradient is exactly twice TIS-off's (no KL term,
+    a pre-clip norm), and every token counts as cut."""
+    rows = {}
+    for cap in (0, 2):
+        method = small_method(
+            world_dir, tmp_path / f"cap{cap}", "train.steps=1", "train.grpo.old_logprobs=recompute",
+            f"train.grpo.tis_cap={cap}",
+        )  # fmt: skip
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
+        trainer.rollout = method.make_rollout(_ReportsLower(trainer.backend), trainer.rollout_retriever)
+        rows[cap] = trainer.step()
+        assert rows[cap]["engine/logprob_diff"] == pytest.approx(math.log(4), abs=1e-4)
+    assert rows[2]["engine/tis_cut_frac"] == 1.0 and "engine/tis_cut_frac" not in rows[0]
+    assert rows[2]["grad_norm"] == pytest.approx(2 * rows[0]["grad_norm"], rel=1e-4)
+
+
+def test_tis_is_refused_where_the_backends_logprobs_do_not_describe_the_trained_tokens(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    method = small_method(world_dir, tmp_path / "a", "train.grpo.tis_cap=2", "rollout.greedy_samples=1")
+    with pytest.raises(RagrlError, match="a greedy token has no sampling probability"):
+        GRPOTrainer(method, method.train, eval_examples=[])
+    with pytest.raises(RagrlError, match="renamed tokens were not sampled"):
+        small_method(
+            world_dir, tmp_path / "b", "train.grpo.tis_cap=2", "train.grpo.name_swap=0.5"
+        ).train.validate()

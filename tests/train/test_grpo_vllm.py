@@ -86,6 +86,12 @@ def test_the_engine_follows_the_policy_and_reports_its_logprobs(world_dir, model
     greedy = SamplingParams(max_new_tokens=12, temperature=0.0)
     theirs = [g.token_ids for g in t.engine.generate(prompts, greedy)]
     assert theirs == [g.token_ids for g in t.backend.generate(prompts, greedy)]
+    # closed (as train() does at its end), the engine starts again on the next step and takes this run's
+    # weights at once, whatever the schedule says (step 3 is not a multiple of 2)
+    t.close()
+    row = t.step()
+    assert row["engine/staleness"] == 0.0 and "engine/sync_seconds" in row
+    assert row["engine/logprob_diff"] < 1e-4
 
 
 def test_truncated_importance_sampling_runs_on_the_engines_logprobs(world_dir, model_dir, tmp_path):  # noqa: ANN001

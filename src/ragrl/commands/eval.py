@@ -233,30 +233,30 @@ def eval_command(
     else:
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
-    shot_trajectories: list[Any] = []
-    if few_shot is not None:
-        shots = 2 if shots is None else shots
-        method_obj.protocol, shot_trajectories = _few_shot(
-            method_obj, few_shot, shots, examples, policy.tokenizer, retriever
-        )
-        plural = "s" if shots != 1 else ""
-        console.print(f"{shots} worked example{plural} in front of every prompt (from {few_shot})")
-    try:
-        check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
-    except RagrlError as e:
-        if few_shot is None:
-            raise
-        raise RagrlError(f"{e} (the worked examples in front count too: try fewer --shots)") from None
-    t0 = time.perf_counter()
-    with progress_bar() as bar:
-        task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
-
-        def on_progress(done: int, total: int) -> None:
-            bar.update(task, completed=done)
-            if not console.is_terminal:  # a log gets one line per chunk instead of a bar
-                console.print(f"rolled out {done}/{total} questions ({time.perf_counter() - t0:.0f} s)")
-
+    try:  # a vLLM engine's processes: the command cannot exit while they run
+        shot_trajectories: list[Any] = []
+        if few_shot is not None:
+            shots = 2 if shots is None else shots
+            method_obj.protocol, shot_trajectories = _few_shot(
+                method_obj, few_shot, shots, examples, policy.tokenizer, retriever
+            )
+            plural = "s" if shots != 1 else ""
+            console.print(f"{shots} worked example{plural} in front of every prompt (from {few_shot})")
         try:
+            check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, str(data))
+        except RagrlError as e:
+            if few_shot is None:
+                raise
+            raise RagrlError(f"{e} (the worked examples in front count too: try fewer --shots)") from None
+        t0 = time.perf_counter()
+        with progress_bar() as bar:
+            task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
+
+            def on_progress(done: int, total: int) -> None:
+                bar.update(task, completed=done)
+                if not console.is_terminal:  # a log gets one line per chunk instead of a bar
+                    console.print(f"rolled out {done}/{total} questions ({time.perf_counter() - t0:.0f} s)")
+
             report = evaluate(
                 policy,
                 retriever,
@@ -269,9 +269,10 @@ def eval_command(
                 chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
                 on_progress=on_progress,
             )
-        finally:
-            if backend == "vllm":  # its engine's processes: the command cannot exit while they run
-                policy.close()
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
         console.print(

@@ -199,7 +199,7 @@ class VLLMBackend:
         kwargs = dict(engine_kwargs)
         if "logprobs_mode" not in kwargs and _engine_accepts(vllm, "logprobs_mode"):
             kwargs["logprobs_mode"] = "processed_logprobs"
-        if "enable_chunked_prefill" not in kwargs and not _cuda():
+        if "enable_chunked_prefill" not in kwargs and _on_cpu():
             # vLLM's CPU build re-winds a seeded request's generator when a chunked prefill discards its
             # sampled token, and torch's CPU generators cannot (`CPU Generator does not use offset`):
             # whole prompts only there (measured: 128 requests of a multi-turn rollout stopped it)
@@ -222,9 +222,16 @@ class VLLMBackend:
                 "this vLLM engine was built without ragrl's worker extension (worker_extension_cls): it "
                 "cannot take new weights"
             )
+        # every name, a tied head too: vLLM's in-place reload loaded nothing right when the head was left
+        # out (measured on the CPU build with the tied reader base)
         names, blobs = pack_weights(named, self.dtype)
         loaded = self.llm.collective_rpc("ragrl_load_weights", args=(names, blobs))
+        self.clear_prefix_cache()  # its keys and values came from the old weights
         return int(min(loaded))
+
+    def clear_prefix_cache(self) -> None:
+        """Drop the engine's cached prompt prefixes (vLLM's automatic prefix caching)."""
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Stop the engine's processes (a process that holds a running engine cannot exit)."""
@@ -278,10 +285,11 @@ def _eos_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _cuda() -> bool:
-    import torch
+def _on_cpu() -> bool:
+    """Whether vLLM runs on its CPU platform."""
+    from vllm.platforms import current_platform
 
-    return torch.cuda.is_available()
+    return bool(current_platform.is_cpu())
 
 
 def _engine_accepts(vllm: Any, name: str) -> bool:

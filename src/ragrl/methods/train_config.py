@@ -53,18 +53,19 @@ class EngineConfig:
 
     backend: str = "transformers"
     """``transformers``: the policy itself (ragrl's decoding loop: every rollout on the current
-    weights). ``vllm``: a vLLM engine in the trainer's process (``pip install 'ragrl[vllm]'``), given
-    the policy's weights every ``sync_every`` optimizer steps; one process, no LoRA."""
+    weights). ``vllm``: a vLLM engine beside the trainer (its own processes; ``pip install
+    'ragrl[vllm]'``), given the policy's weights every ``sync_every`` steps; one trainer process, no
+    LoRA, no sharding."""
     sync_every: int = 1
-    """vLLM: load the policy's weights into the engine before a step's rollouts once they are this many
-    optimizer steps old (1: every step; N: rollouts from weights up to N - 1 updates old, logged as
-    ``engine/staleness``)."""
+    """vLLM: load the policy's weights into the engine before the rollouts of every step that is a
+    multiple of this (1: every step; N: rollouts from weights up to N - 1 steps old, logged as
+    ``engine/staleness``); ``train.save_every`` must be a multiple of it (exact resume)."""
     options: dict[str, Any] = field(default_factory=dict)
-    """vLLM: keyword arguments of ``vllm.LLM`` (``gpu_memory_utilization``, ``dtype``,
-    ``enforce_eager``, ``max_model_len``, ``enable_sleep_mode``, ...)."""
+    """vLLM: keyword arguments of ``vllm.LLM`` (``gpu_memory_utilization``: 0.3 on a GPU unless given,
+    ``dtype``, ``enforce_eager``, ``max_model_len``, ...)."""
     sleep: bool = False
     """vLLM on a GPU: the engine sleeps through the update (level 1: its weights to CPU memory, its KV
-    cache freed) and wakes for the next rollouts; needs ``options.enable_sleep_mode: true``."""
+    cache freed) and wakes for the next rollouts (``enable_sleep_mode`` is set for it)."""
 
 
 PARALLEL_MODES = ("ddp", "fsdp", "deepspeed")
@@ -447,6 +448,22 @@ class TrainConfig:
             )
         if e.sync_every < 1:
             raise RagrlError(f"train.engine.sync_every must be >= 1, got {e.sync_every}")
+        if e.backend == "vllm" and self.save_every % e.sync_every:
+            raise RagrlError(
+                f"train.save_every ({self.save_every}) must be a multiple of train.engine.sync_every "
+                f"({e.sync_every}): a run resumed between syncs would sample from other weights"
+            )
+        if e.backend == "vllm" and g.old_logprobs == "rollout":
+            raise RagrlError(
+                "train.grpo.old_logprobs: rollout with train.engine.backend: vllm: the engine's log-probs "
+                "are up to sync_every - 1 steps stale and, under top-k / top-p, of the truncated "
+                "distribution; use auto (recomputed, and compared with the engine's)"
+            )
+        if g.tis_cap and g.name_swap:
+            raise RagrlError(
+                "train.grpo.tis_cap weights each token by the engine's probability of sampling it: not with "
+                "train.grpo.name_swap (renamed tokens were not sampled)"
+            )
         if e.backend == "vllm" and self.algo != "grpo":
             raise RagrlError(
                 f"train.engine.backend: vllm plays GRPO's rollouts; train.algo {self.algo!r} generates with "

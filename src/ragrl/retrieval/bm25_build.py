@@ -66,6 +66,7 @@ def build_in_chunks(
 ) -> bm25s.BM25:
     """Index ``passages`` (``title + "\\n" + text``) into ``model`` (its method, k1, b, delta);
     ``on_chunk()`` after each chunk of each of the two passes over the passages."""
+    load_bm25s()  # its environment first
     from bm25s.scoring import (
         _build_idf_array,
         _build_nonoccurrence_array,

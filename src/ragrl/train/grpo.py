@@ -61,6 +61,11 @@ def check_learnable(method: Method) -> None:
     Only for the linear rollout with episode rewards: a step-wise or custom rollout (its own groups) or
     per-step rewards (return-to-go differs between the turns of one episode) can learn either way."""
     r = method.rollout
+    if r.greedy_samples and method.train.grpo.tis_cap:
+        raise RagrlError(
+            "rollout.greedy_samples with train.grpo.tis_cap: a greedy token has no sampling probability to "
+            "weight by (set tis_cap to 0 or greedy_samples to 0)"
+        )
     if r.greedy_samples and method.train.grpo.old_logprobs == "rollout":
         raise RagrlError(
             "rollout.greedy_samples with train.grpo.old_logprobs: rollout: a greedy episode's log-probs "
@@ -171,12 +176,17 @@ class GRPOTrainer(Trainer):
             self.acc.register_for_checkpointing(self.source)
 
     def train(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """``Trainer.train``; the rollout engine's processes stop with it, however it ends."""
+        """``Trainer.train``; the rollout engine's processes stop with it, however it ends (the engine
+        starts again if the trainer goes on)."""
         try:
             return super().train(*args, **kwargs)
         finally:
-            if self.engine is not None:
-                self.engine.close()
+            self.close()
+
+    def close(self) -> None:
+        """Stop the rollout engine's processes, if any run (a trainer driven by ``step()`` calls this)."""
+        if self.engine is not None:
+            self.engine.close()
 
     def exhausted(self) -> bool:
         return self.source is not None and self.source.done
@@ -377,7 +387,7 @@ class GRPOTrainer(Trainer):
                             mean = float((entropy * b.loss_mask).sum()) / max(b.num_tokens, 1)
                             stats.add("entropy", mean, b.num_tokens)
                         weights = None
-                        if self._recomputes() and epoch == 0:  # π_old against what the backend reported
+                        if self._compares() and epoch == 0:  # π_old against what the backend reported
                             for name, v in engine_mismatch(
                                 b.old_logprobs, b.rollout_logprobs, b.loss_mask
                             ).items():
@@ -445,6 +455,13 @@ class GRPOTrainer(Trainer):
                 micro_batches.append((b, advantage_tensor([samples[i] for i in rows], b).to(dev)))
             out.append(micro_batches)
         return out
+
+    def _compares(self) -> bool:
+        """Whether the update compares π_old with the backend's log-probs (``engine/*``): where π_old is
+        recomputed and the backend's log-probs are those of the trained tokens as sampled (not with
+        ``name_swap``'s renamed tokens, nor greedy episodes' temperature-1 log-probs)."""
+        g = self.config.grpo
+        return self._recomputes() and not g.name_swap and not self.method.rollout.greedy_samples
 
     def _recomputes(self) -> bool:
         """Whether π_old is a forward pass of its own before the updates (``train.grpo.old_logprobs``):
