@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean \
-	gpu-check device-bundle vllm-env test-vllm bench-vllm
+	gpu-check device-bundle vllm-env test-vllm bench-vllm verl-env test-verl
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -136,6 +136,29 @@ test-vllm: $(VLLM_STAMP)
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider -m vllm \
 		tests/llm/test_vllm_backend.py tests/train/test_grpo_vllm.py tests/eval/test_eval_cli.py \
 		tests/benchmarks/test_vllm_rollout.py
+
+# verl in its own virtualenv (docs/scale.md): verl pins transformers < 5.11, older than ragrl's, so it goes
+# in without its dependencies, on top of ragrl's, with the ones its trainer, reward and estimator modules
+# import. `make test-verl` runs the tests marked verl there (CI runs it).
+VERL_VENV  ?= .venv-verl
+VERL_STAMP := $(VERL_VENV)/.installed
+VERL_PIN   := verl==0.9.1
+VERL_DEPS  := ray==2.60.0 tensordict==0.15.3 codetiming==1.4.0 orjson==3.13.0 hydra-core==1.3.8 \
+	datasets==5.2.0 cachetools==8.0.2 pyarrow==26.0.1
+
+$(VERL_STAMP): pyproject.toml
+	@test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VERL_VENV)/bin/python -m pip install -q -e . pytest hypothesis
+	$(VERL_VENV)/bin/python -m pip install -q --no-deps $(VERL_PIN)
+	$(VERL_VENV)/bin/python -m pip install -q $(VERL_DEPS)
+	@touch $(VERL_STAMP)
+
+verl-env: $(VERL_STAMP)
+
+test-verl: $(VERL_STAMP)
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider -m verl tests/integrations/test_verl.py
 
 bench-vllm: $(VLLM_STAMP)
 	cd benchmarks && ../$(VLLM_VENV)/bin/python vllm_rollout.py $(ARGS)

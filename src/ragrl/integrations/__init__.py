@@ -1,0 +1,1 @@
+"""Adapters that put ragrl's methods on other engines (``verl``: docs/scale.md)."""
