@@ -143,7 +143,7 @@ test-vllm: $(VLLM_STAMP)
 VERL_VENV  ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.installed
 VERL_PIN   := verl==0.9.1
-VERL_DEPS  := ray==2.60.0 tensordict==0.15.3 codetiming==1.4.0 orjson==3.13.0 hydra-core==1.3.8 \
+VERL_DEPS  := ray==2.60.0 tensordict==0.10.0 codetiming==1.4.0 orjson==3.13.0 hydra-core==1.3.8 \
 	datasets==5.2.0 cachetools==8.0.2 pyarrow==26.0.1
 
 $(VERL_STAMP): pyproject.toml

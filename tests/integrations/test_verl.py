@@ -64,8 +64,26 @@ def test_the_reward_function_scores_what_ragrl_reward_scores(responses):  # noqa
     assert one == scores[0]
     bare = rv.compute_score("hotpotqa", texts[0], examples[0].answers, {"index": 0})
     assert bare["em"] == 1.0
+    # verl's own Search-R1 rows: {"target": [...]}, the list as parquet gives it back (numpy)
+    target = rv.compute_score("nq", texts[0], {"target": np.array(examples[0].answers, dtype=object)}, None)
+    assert target["em"] == 1.0
     with pytest.raises(RagrlError, match="row 0: neither extra_info.ragrl_example nor a ground truth"):
         rv.compute_score("x", texts[0], None, {})
+    with pytest.raises(RagrlError, match="a ground truth mapping without 'target'"):
+        rv.compute_score("x", texts[0], {"answer": "y"}, None)
+
+
+@pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        ("evo_rag", "carry more than text"),
+        ("r2ag", "carry more than text"),
+        ("tiresrag", "prefills the answer"),
+    ],
+)
+def test_methods_whose_episodes_text_cannot_carry_are_refused(method, message):  # noqa: ANN001
+    with pytest.raises(RagrlError, match=message):
+        rv.compute_score("x", "<answer> a </answer>", ["a"], None, method=method)
 
 
 def test_rows_carry_the_question_whole_and_the_methods_messages(responses):  # noqa: ANN001
@@ -105,17 +123,27 @@ def test_the_estimators_give_ragrls_advantages_on_verls_tensors():
 @pytest.mark.verl
 def test_verls_own_loaders_and_registry_reach_ragrl(responses, tmp_path):  # noqa: ANN001
     pytest.importorskip("verl")
-    from omegaconf import OmegaConf
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     examples, texts, expected = responses
-    # the reward function, loaded by verl from this module's file with reward_kwargs
-    config = OmegaConf.create(
-        {"reward": {"custom_reward_function": {
-            "path": rv.__file__, "name": "compute_score",
-            "reward_kwargs": {"method": "search_r1", "overrides": ["reward.1.weight=0.5"]}}}}
-    )  # fmt: skip
+    # the reward function, as docs/scale.md configures it, through verl's own Hydra config and loader
+    from pathlib import Path
+
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "reward.custom_reward_function.path=pkg://ragrl.integrations.verl",
+                "reward.custom_reward_function.name=compute_score",
+                "+reward.custom_reward_function.reward_kwargs="
+                "{method: search_r1, overrides: ['reward.1.weight=0.5']}",
+            ],
+        )
     fn = get_custom_reward_fn(config)
     rows = rv.verl_rows(examples)
     got = [
@@ -137,10 +165,23 @@ def test_verls_own_loaders_and_registry_reach_ragrl(responses, tmp_path):  # noq
     assert torch.allclose(
         adv[:, 0], compute_advantages("grpo", rewards.sum(-1), torch.zeros(4, dtype=torch.long))
     )
-    # the parquet, read back as verl reads a dataset (datasets' parquet loader)
-    import datasets
+    # the parquet, read by verl's RLHFDataset with a real tokenizer and its chat template
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from ragrl.llm.hf_backend import load_tokenizer
+    from ragrl.train.reader import SHIPPED_BASE
 
     path = tmp_path / "train.parquet"
     assert rv.write_parquet(examples, path) == len(examples)
-    table = datasets.load_dataset("parquet", data_files=str(path))["train"]
-    assert table[0]["prompt"] == rows[0]["prompt"] and table[0]["extra_info"]["id"] == examples[0].id
+    data_config = OmegaConf.create({"max_prompt_length": 1024, "filter_overlong_prompts": False,
+                                    "cache_dir": str(tmp_path / "cache")})  # fmt: skip
+    dataset = RLHFDataset([str(path)], load_tokenizer(SHIPPED_BASE), data_config)
+    assert len(dataset) == len(examples)
+    first = dataset[0]
+    assert first["raw_prompt"] == rows[0]["prompt"] and first["extra_info"]["id"] == examples[0].id
+    assert fn(first["data_source"], texts[0], first["reward_model"]["ground_truth"], first["extra_info"]) == {
+        "score": expected[0]["total"],
+        "em": expected[0]["em"],
+        "search_r1_format": expected[0]["search_r1_format"],
+    }

@@ -5,32 +5,40 @@ verl (``pip install 'ragrl[verl]'``; here ``make verl-env``) trains with its own
 is each paper's protocol, reward and advantage, faithful to its code. This module imports without verl;
 ``register_estimators`` needs it.
 
-**The reward.** In verl's config::
+**The reward.** In verl's config (its Hydra schema has no ``reward_kwargs`` key: the ``+`` adds it)::
 
-    reward.custom_reward_function.path=<this file>   # python -m ragrl.integrations.verl prints it
-    reward.custom_reward_function.name=compute_score # one response at a time (verl's naive manager)
-    reward.custom_reward_function.reward_kwargs={method: search_r1}
+    reward.custom_reward_function.path=pkg://ragrl.integrations.verl
+    reward.custom_reward_function.name=compute_score
+    +reward.custom_reward_function.reward_kwargs={method: search_r1}
 
-or ``name=compute_score_batch`` with ``reward.reward_manager=batch`` (judged rewards see the batch whole,
-as in ragrl). A response is read back into a ``Trajectory`` by the method's protocol (the text verl
-decoded, observations included: ``ragrl.rollout.replay``), its question comes from the row's
-``extra_info`` (``write_parquet`` puts the whole ``Example`` there), and the method's reward scores it:
-``score`` is the weighted total, every component is reported beside it. The same numbers as
-``ragrl reward``.
+verl 0.9.1's reward loop scores one response at a time (``compute_score``, called from threads: the
+method is loaded once, under a lock); ``compute_score_batch`` is the same for a caller that has a
+batch. A response is read back into a ``Trajectory`` by the method's protocol (the text verl decoded,
+observations included: ``ragrl.rollout.replay``), its question comes from the row's ``extra_info``
+(``write_parquet`` puts the whole ``Example`` there) or, for verl's own datasets, from the ground truth
+(a string, a list, or verl's Search-R1 ``{"target": [...]}``), and the method's reward scores it:
+``score`` is the weighted total, every component is reported beside it, the same numbers as
+``ragrl reward``. Refused: methods whose episodes text cannot carry (a protocol with its own replay:
+EVO-RAG's and R²AG's retrieved ids; a rollout other than the linear one) and protocols that prefill
+the answer (the prefill is not in verl's prompt). A scheduled reward is scored at its step-0 weights:
+verl passes no step.
 
-**The advantages.** ``register_estimators()`` registers each ragrl estimator that reads only the rewards
-and the groups as ``ragrl_<name>`` (``algorithm.adv_estimator=ragrl_grpo``, ...): verl calls it with
-``token_level_rewards`` (their sum is the response's reward), ``response_mask`` and ``index`` (the group
-of each response); the advantage is broadcast over the response's tokens, and the returns equal it.
-Estimators that read the reward's components (TIRESRAG-R1's) are not registered: verl hands an
-estimator no components.
+**The advantages.** ``register_estimators()`` registers each ragrl estimator that reads only the
+rewards and the groups as ``ragrl_<name>`` (``algorithm.adv_estimator=ragrl_grpo``, ...), at the
+estimator's default parameters (a method's ``advantage_params`` are not carried over). It must run in
+the process that computes the advantages (verl's trainer); with Ray, a worker setup hook
+(``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=ragrl.integrations.verl.register_estimators``)
+is the way, not yet tried in a verl run. verl calls an estimator with ``token_level_rewards`` (their
+sum is the response's reward), ``response_mask`` and ``index`` (the group of each response); the
+advantage is broadcast over the response's tokens, and the returns equal it. Estimators that read the
+reward's components (TIRESRAG-R1's) are not registered: verl hands an estimator no components.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,15 +50,35 @@ from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods import Method, load_method
 from ragrl.rewards import RewardContext
+from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.replay import trajectory_from_completion
 
 PREFIX = "ragrl_"
 """verl's name of a ragrl estimator: ``ragrl_grpo``, ``ragrl_rloo``, ..."""
 
 
-@functools.lru_cache(maxsize=8)
+_METHODS: dict[tuple[str, tuple[str, ...]], Method] = {}
+_LOCK = threading.Lock()  # verl's reward loop calls compute_score from many threads at once
+
+
 def _method(name: str, overrides: tuple[str, ...]) -> Method:
-    return load_method(name, list(overrides))
+    """The method, loaded once per (name, overrides), checked for what text can carry."""
+    with _LOCK:
+        key = (name, overrides)
+        if key not in _METHODS:
+            m = load_method(name, list(overrides))
+            if type(m.protocol).replay is not Protocol.replay or m.rollout.kind != "multi_turn":
+                raise RagrlError(
+                    f"{name}: its episodes carry more than text (its own replay or a {m.rollout.kind!r} "
+                    "rollout), which verl's decoded responses cannot give back; not on verl yet"
+                )
+            if m.protocol.prefill:
+                raise RagrlError(
+                    f"{name}: its protocol prefills the answer with {m.protocol.prefill!r}, which verl's "
+                    "prompt would not hold; not on verl yet"
+                )
+            _METHODS[key] = m
+        return _METHODS[key]
 
 
 def _example(ground_truth: Any, extra_info: Any, row: int) -> Example:
@@ -61,7 +89,18 @@ def _example(ground_truth: Any, extra_info: Any, row: int) -> Example:
         return Example.from_record(json.loads(record) if isinstance(record, str) else record, line=row)
     if ground_truth is None:
         raise RagrlError(f"row {row}: neither extra_info.ragrl_example nor a ground truth to score against")
-    answers = [ground_truth] if isinstance(ground_truth, str) else [str(a) for a in ground_truth]
+    if isinstance(ground_truth, dict):  # verl's own Search-R1 data: {"target": [...]}
+        if "target" not in ground_truth:
+            raise RagrlError(f"row {row}: a ground truth mapping without 'target': {sorted(ground_truth)}")
+        ground_truth = ground_truth["target"]
+    if hasattr(ground_truth, "tolist"):  # a numpy array, as parquet gives lists back
+        ground_truth = ground_truth.tolist()
+    if isinstance(ground_truth, str):
+        answers = [ground_truth]
+    elif isinstance(ground_truth, (list, tuple)):
+        answers = [str(a) for a in ground_truth]
+    else:
+        raise RagrlError(f"row {row}: a ground truth of type {type(ground_truth).__name__}")
     ex_id = str((extra_info or {}).get("index", row)) if isinstance(extra_info, dict) else str(row)
     return Example(id=ex_id, question="", answers=answers)
 
@@ -162,14 +201,18 @@ def register_estimators() -> list[str]:
 
 
 def verl_rows(
-    examples: Iterable[Example], method: str = "search_r1", data_source: str = "ragrl"
+    examples: Iterable[Example],
+    method: str = "search_r1",
+    data_source: str = "ragrl",
+    overrides: Sequence[str] = (),
 ) -> list[dict]:
-    """ragrl questions as verl dataset rows: ``prompt`` (the method's chat messages), ``data_source``,
-    ``reward_model`` (rule-based, the gold answers as ground truth) and ``extra_info`` (the row's index,
-    the question's id and the whole ``Example`` for ``compute_score``)."""
-    m = _method(method, ())
+    """ragrl questions as verl dataset rows, prepared as the method prepares its training questions:
+    ``prompt`` (the method's chat messages), ``data_source``, ``reward_model`` (rule-based, the gold
+    answers as ground truth) and ``extra_info`` (the row's index, the question's id and the whole
+    ``Example`` for ``compute_score``)."""
+    m = _method(method, tuple(overrides))
     rows = []
-    for i, ex in enumerate(examples):
+    for i, ex in enumerate(m.prepare_examples(list(examples), "verl rows")):
         rows.append(
             {
                 "data_source": data_source,
@@ -183,13 +226,17 @@ def verl_rows(
 
 
 def write_parquet(
-    examples: Iterable[Example], path: str | Path, method: str = "search_r1", data_source: str = "ragrl"
+    examples: Iterable[Example],
+    path: str | Path,
+    method: str = "search_r1",
+    data_source: str = "ragrl",
+    overrides: Sequence[str] = (),
 ) -> int:
     """``verl_rows`` written as the parquet file verl's ``RLHFDataset`` reads; the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = verl_rows(examples, method, data_source)
+    rows = verl_rows(examples, method, data_source, overrides)
     if not rows:
         raise RagrlError(f"{path}: no questions to write")
     pq.write_table(pa.Table.from_pylist(rows), str(path))

@@ -209,10 +209,14 @@ class VLLMBackend:
         self.can_load_weights = kwargs.get("worker_extension_cls") == f"{__name__}.WeightSync"
         self.logprobs_mode = str(kwargs.get("logprobs_mode", "raw (vLLM without logprobs_mode)"))
         self.llm = vllm.LLM(model=str(model_path), **kwargs)
-        self.dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
-        """The engine's weight dtype (new weights are cast to it before they travel)."""
-        self.tokenizer = self.llm.get_tokenizer()
-        self.eos_token_ids = _eos_ids(str(model_path), self.tokenizer)
+        try:  # the engine's processes run now: stop them if the rest fails
+            self.dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
+            """The engine's weight dtype (new weights are cast to it before they travel)."""
+            self.tokenizer = self.llm.get_tokenizer()
+            self.eos_token_ids = _eos_ids(str(model_path), self.tokenizer)
+        except BaseException:
+            self.close()
+            raise
 
     def load_weights(self, named: Iterable[tuple[str, Any]]) -> int:
         """Put ``named`` (HF parameter names → tensors, e.g. a policy's ``state_dict().items()``) into the
@@ -231,7 +235,8 @@ class VLLMBackend:
 
     def clear_prefix_cache(self) -> None:
         """Drop the engine's cached prompt prefixes (vLLM's automatic prefix caching)."""
-        self.llm.reset_prefix_cache()
+        if self.llm.reset_prefix_cache() is False:  # it declines while requests hold cached blocks
+            raise RagrlError("vLLM did not drop its prefix cache (requests still running)")
 
     def close(self) -> None:
         """Stop the engine's processes (a process that holds a running engine cannot exit)."""

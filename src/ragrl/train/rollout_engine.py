@@ -6,8 +6,9 @@ rollouts of step k, when k is a multiple of ``sync_every`` or the engine has nev
 weights (its first step, or the first after a resume), the policy's weights are loaded into it
 (``VLLMBackend.load_weights``, which also drops the engine's prefix cache: keys and values of the old
 weights). A run resumed at a multiple of ``sync_every`` therefore samples from the same weights as one
-that was not stopped (``train.save_every`` is held to multiples of it). Each step logs how old the
-weights it sampled from were (``engine/staleness``, in steps) and what a load cost
+that was not stopped (``train.save_every`` is held to multiples of it); one resumed elsewhere (stopped
+by ``train.max_seconds``) syncs at once, from newer weights than an uninterrupted run's. Each step
+logs how old the weights it sampled from were (``engine/staleness``, in steps) and what a load cost
 (``engine/sync_seconds``). The update compares the engine's log-probs with the trainer's
 (``engine/logprob_diff`` and friends, ``ragrl.algos.engine_mismatch``) and can correct for the gap
 (``train.grpo.tis_cap``).
