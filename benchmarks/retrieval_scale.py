@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server_fairness import free_port  # noqa: E402
+from server_fairness import free_port, wait_for_health  # noqa: E402
 from tiny_setup import open_workdir  # noqa: E402
 
 from ragrl.retrieval.ann import probe_queries  # noqa: E402
@@ -125,18 +125,8 @@ def serve(index_dir: Path, queries: list[str], clients: int, requests: int, per_
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    t0 = time.perf_counter()
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.perf_counter() - t0 > 600:
-                sys.exit(f"ragrl serve {index_dir} did not start")
-            time.sleep(1)
-        loaded = {"load_seconds": round(time.perf_counter() - t0, 1), **rss_mb(server.pid)}
+        loaded = {"load_seconds": round(wait_for_health(url, server), 1), **rss_mb(server.pid)}
         errors, latencies = [], []
         lock = threading.Lock()
 

@@ -40,6 +40,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for_health(url: str, server: subprocess.Popen, timeout: float = 600.0) -> float:
+    """Poll ``url``'s /health until the server answers; its start-up seconds. Exits if the server dies
+    or ``timeout`` passes first."""
+    t0 = time.perf_counter()
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return time.perf_counter() - t0
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.perf_counter() - t0 > timeout:
+            sys.exit(f"the server at {url} did not start")
+        time.sleep(0.2)
+
+
 def measure(
     index: Path, batch_queries: int, questions: list[str], small_clients: int, requests: int, repeat: int
 ) -> dict:
@@ -50,12 +65,7 @@ def measure(
         [*cmd, "--batch-queries", str(batch_queries)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_for_health(url, server)
         small: list[float] = []
         big: list[float] = []
         stop = threading.Event()

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> dict:
         f"{torch.get_num_threads()}, cpus {os.cpu_count()}; vLLM engine started in {start_seconds:.1f} s"
     )
     try:
-        figures = _measure(args, sides, synced, hf, examples, start_seconds)
+        figures = _measure(
+            args, sides, synced, hf, examples, {"parameters": params, "engine_start_s": start_seconds}
+        )
     finally:
         synced.close()
     if tmp is not None:
@@ -83,10 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     return figures
 
 
-def _measure(args, sides, synced, hf, examples, start_seconds) -> dict:  # noqa: ANN001
+def _measure(args, sides, synced, hf, examples, setup) -> dict:  # noqa: ANN001
     tokens: dict[str, int] = {}
     seconds: dict[str, list[float]] = {name: [] for name in sides}
-    params = sum(p.numel() for p in hf.model.parameters())
     for repeat in range(args.repeats + 1):  # the first round warms up
         for name, engine in sides.items():
             # every repeat from cold caches: the same prompts again would find their prefixes cached
@@ -104,7 +105,7 @@ def _measure(args, sides, synced, hf, examples, start_seconds) -> dict:  # noqa:
             assert work == tokens[name], f"{name}: the rollout's work changed between repeats"
             seconds[name].append(dt)
     sync_seconds = synced.sync(0)
-    figures = {"questions": len(examples), "n": args.n, "parameters": params, "engine_start_s": start_seconds}
+    figures = {"questions": len(examples), "n": args.n, **setup}
     figures["weight_sync_s"] = sync_seconds
     for name in sides:
         best, median = min(seconds[name]), statistics.median(seconds[name])

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from ragrl.llm.backend import SamplingParams
-from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.llm.hf_backend import TransformersBackend, load_tokenizer
 from ragrl.llm.logprobs import pad_batch, token_logprobs
 from ragrl.llm.vllm_backend import pack_weights, unpack_weights
 from ragrl.train.reader import SHIPPED_BASE
@@ -64,7 +64,7 @@ def base() -> AutoModelForCausalLM:
 
 
 def reference(model) -> TransformersBackend:  # noqa: ANN001
-    return TransformersBackend(model, TransformersBackend(SHIPPED_BASE).tokenizer, prefix_cache_mb=0)
+    return TransformersBackend(model, load_tokenizer(SHIPPED_BASE), prefix_cache_mb=0)
 
 
 @pytest.mark.vllm

@@ -154,8 +154,7 @@ def compute_score(
 def advantage_estimator(name: str) -> Any:
     """ragrl's estimator ``name`` with verl's signature: ``(token_level_rewards, response_mask, index=None,
     config=None, **kwargs) -> (advantages, returns)``, each ``[batch, response length]``."""
-    fn = ADVANTAGES.get(name)
-    if "components" in inspect.signature(fn).parameters:
+    if _reads_components(name):
         raise RagrlError(f"the {name!r} estimator reads the reward's components, which verl does not pass")
 
     def estimate(
@@ -179,11 +178,13 @@ def advantage_estimator(name: str) -> Any:
     return estimate
 
 
+def _reads_components(name: str) -> bool:
+    return "components" in inspect.signature(ADVANTAGES.get(name)).parameters
+
+
 def estimator_names() -> list[str]:
     """The ragrl estimators verl can call (those that read only rewards and groups)."""
-    return [
-        n for n in ADVANTAGES.names() if "components" not in inspect.signature(ADVANTAGES.get(n)).parameters
-    ]
+    return [n for n in ADVANTAGES.names() if not _reads_components(n)]
 
 
 def register_estimators() -> list[str]:
