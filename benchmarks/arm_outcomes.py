@@ -28,7 +28,7 @@ from ragrl.data.io import read_examples  # noqa: E402
 from ragrl.eval.runner import evaluate  # noqa: E402
 from ragrl.llm.hf_backend import TransformersBackend  # noqa: E402
 from ragrl.methods import load_method  # noqa: E402
-from ragrl.methods.r2ag_tree import tree_diagnostics  # noqa: E402
+from ragrl.methods.r2ag.tree import tree_diagnostics  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
 from ragrl.rollout.outcomes import count_outcomes  # noqa: E402
 

@@ -46,12 +46,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tiny_setup import base_overrides, open_workdir, resolve_base, warm_start_then_grpo, world  # noqa: E402
 
+from ragrl.config.train import ModelConfig  # noqa: E402
 from ragrl.data.io import read_examples  # noqa: E402
 from ragrl.eval.runner import evaluate  # noqa: E402
 from ragrl.llm.hf_backend import TransformersBackend  # noqa: E402
 from ragrl.methods import load_method  # noqa: E402
-from ragrl.methods.evo_rag_rewards import max_cosines  # noqa: E402
-from ragrl.methods.train_config import ModelConfig  # noqa: E402
+from ragrl.methods.evo_rag.rewards import max_cosines  # noqa: E402
 from ragrl.metrics.normalize import normalize  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
 from ragrl.synth.demonstrators import OracleDemonstrator, QuotingOracle  # noqa: E402
@@ -201,8 +201,10 @@ def evo_rag(
     before = measure(_policy(warm_start), retriever, method, test)
     t1 = time.perf_counter()
     run_stages(
-        "evo_rag-tiny",
-        [*paths, *extra, f"train.model.path={warm_start}", f"train.out={out / 'stages'}"],
+        load_method(
+            "evo_rag-tiny",
+            [*paths, *extra, f"train.model.path={warm_start}", f"train.out={out / 'stages'}"],
+        )
     )
     train_seconds = time.perf_counter() - t1
     final, kept = (

@@ -130,7 +130,7 @@ def measure(sample: str, args: argparse.Namespace, model, data: Path) -> list[di
     """Every row of one sample (module docstring)."""
     from ragrl.data.io import read_examples
     from ragrl.methods import load_method
-    from ragrl.methods.r2ag_steering import SingleStepSteering, SteererBackend, SteeringOracle, oracle_shots
+    from ragrl.methods.r2ag.steering import SingleStepSteering, SteererBackend, SteeringOracle, oracle_shots
     from ragrl.retrieval.base import load_retriever
 
     eval_file, pool_file = prepare(sample, data, args.n, args.seed)

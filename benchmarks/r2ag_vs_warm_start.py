@@ -44,7 +44,7 @@ def references(workdir: Path, seed: int, copy_steps: int, base: Path | None = No
     from ragrl.eval.runner import evaluate
     from ragrl.llm.hf_backend import load_tokenizer
     from ragrl.methods import load_method
-    from ragrl.methods.r2ag_steering import SingleStepSteering, SteererBackend, SteeringOracle
+    from ragrl.methods.r2ag.steering import SingleStepSteering, SteererBackend, SteeringOracle
     from ragrl.retrieval.base import load_retriever
 
     data, index, model_dir = world(workdir, seed, copy_steps, base=base)

@@ -5,8 +5,8 @@ from typer.testing import CliRunner
 
 from ragrl.cli import app
 from ragrl.data.io import read_examples
-from ragrl.rollout.engine import read_trajectories
 from ragrl.rollout.outcomes import OUTCOMES
+from ragrl.rollout.records import read_trajectories
 
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from ragrl.data.io import read_examples
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.integrations import verl as rv
-from ragrl.rollout.engine import read_trajectories
+from ragrl.rollout.records import read_trajectories
 
 runner = CliRunner()
 

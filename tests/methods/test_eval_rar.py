@@ -20,11 +20,11 @@ from ragrl.methods.eval_rar import (
     evaluation_text,
     evaluations,
 )
-from ragrl.methods.search_r1 import TAGS, SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.replay import trajectory_from_completion
 from ragrl.rollout.scripted import DemonstratorBackend, ScriptedBackend
+from ragrl.rollout.search_protocol import TAGS, SearchR1Protocol
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 PASSAGES = [

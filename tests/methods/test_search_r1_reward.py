@@ -1,8 +1,9 @@
 import pytest
 
 from ragrl.data.schema import Example
-from ragrl.methods.search_r1 import SearchR1Config, well_formed_turn
+from ragrl.methods.search_r1 import SearchR1Config
 from ragrl.rewards import build_reward
+from ragrl.rollout.search_protocol import well_formed_turn
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 EX = Example("q1", "Where was the founder of Zorvex Labs born?", ["Tamrin"])

@@ -22,7 +22,7 @@ from ragrl.methods import load_method
 from ragrl.metrics.score import read_predictions
 from ragrl.retrieval.base import load_retriever
 from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.rollout.engine import read_trajectories
+from ragrl.rollout.records import read_trajectories
 from ragrl.rollout.replay import read_completions
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 

@@ -10,17 +10,13 @@ from transformers import PreTrainedTokenizerFast
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import DataError, RagrlError
 from ragrl.llm.tiny import train_tokenizer
-from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
-from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.rollout.engine import (
-    RolloutConfig,
-    RolloutEngine,
-    read_trajectories,
-    turn_seed,
-    write_trajectories,
-)
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.engine import RolloutEngine, turn_seed
+from ragrl.rollout.records import read_trajectories, write_trajectories
 from ragrl.rollout.scripted import DemonstratorBackend, ScriptedBackend
+from ragrl.rollout.search_protocol import TAGS as SEARCH_R1_TAGS
+from ragrl.rollout.search_protocol import SearchR1Protocol
 from ragrl.rollout.trajectory import Trajectory
 
 TAGS = list(SEARCH_R1_TAGS)

@@ -11,12 +11,13 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from ragrl.data.schema import Example, Passage
 from ragrl.llm.tiny import train_tokenizer
-from ragrl.methods.search_r1 import TAGS as SEARCH_R1_TAGS
-from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.rollout.engine import FINISH_REASONS, RolloutConfig, RolloutEngine
+from ragrl.rollout.config import FINISH_REASONS, RolloutConfig
+from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.protocol import find_spans, last_span_of
 from ragrl.rollout.scripted import ScriptedBackend
+from ragrl.rollout.search_protocol import TAGS as SEARCH_R1_TAGS
+from ragrl.rollout.search_protocol import SearchR1Protocol
 
 TAGS = list(SEARCH_R1_TAGS)
 PASSAGES = [

@@ -2,7 +2,7 @@ import pytest
 
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.rollout.engine import RolloutConfig
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.limits import check_prompt_length, limit_questions
 
 

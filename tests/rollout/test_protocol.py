@@ -9,7 +9,8 @@ from transformers import PreTrainedTokenizerFast
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.retrieval.bm25 import BM25Retriever
-from ragrl.rollout.engine import RolloutConfig, RolloutEngine
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.protocol import (
     Protocol,
     find_spans,

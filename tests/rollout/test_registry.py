@@ -6,7 +6,8 @@ import pytest
 
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
-from ragrl.rollout.engine import RolloutConfig, RolloutEngine
+from ragrl.rollout.config import RolloutConfig
+from ragrl.rollout.engine import RolloutEngine
 from ragrl.rollout.registry import ROLLOUTS, Rollout, build_rollout, register_rollout
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.trajectory import Segment, Trajectory

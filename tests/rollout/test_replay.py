@@ -1,5 +1,5 @@
-from ragrl.methods.search_r1 import SearchR1Protocol
 from ragrl.rollout.replay import trajectory_from_completion
+from ragrl.rollout.search_protocol import SearchR1Protocol
 
 
 def test_completion_text_is_split_at_observations_and_corrective_messages():

@@ -128,7 +128,7 @@ def test_sft_on_quoting_oracle_demonstrations_and_its_guard(world_dir, tmp_path)
 @pytest.mark.parametrize("config", ["evo_rag-tiny", "eval_rar-tiny", "tiresrag-tiny"])
 def test_a_method_speaks_the_quoting_oracle_in_its_own_grammar(world_dir, tmp_path, config):
     from ragrl.data.io import read_examples
-    from ragrl.rollout.engine import read_trajectories
+    from ragrl.rollout.records import read_trajectories
     from ragrl.synth.demonstrators import supporting_titles
 
     paths = (

@@ -178,7 +178,7 @@ def test_the_reward_model_can_score_the_policy_pairs(world_dir, tmp_path):
 
 
 def test_a_sibling_search_runs_only_where_the_engine_would_run_it():
-    from ragrl.rollout.engine import RolloutConfig
+    from ragrl.rollout.config import RolloutConfig
     from ragrl.train.siblings import _not_executed
 
     open_end = RolloutConfig(max_turns=4, final_answer_turn=True)

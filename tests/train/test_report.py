@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragrl.errors import DataError
-from ragrl.rollout.engine import write_trajectories
+from ragrl.rollout.records import write_trajectories
 from ragrl.rollout.trajectory import Segment, Trajectory
 from ragrl.train.report import plot_curves, read_metrics, write_report
 

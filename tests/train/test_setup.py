@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ragrl.config.train import OptimConfig
 from ragrl.errors import RagrlError
-from ragrl.methods.train_config import OptimConfig
 from ragrl.train.setup import MetricsLog, TrainingDiverged, make_optimizer, peak_memory_mb
 
 pytest.importorskip("transformers")

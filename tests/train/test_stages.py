@@ -13,9 +13,10 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from ragrl.config import load_method_config
+from ragrl.config.train_checks import EVAL_METRICS
 from ragrl.errors import RagrlError
-from ragrl.methods import load_method, load_method_config
-from ragrl.methods.train_config import EVAL_METRICS
+from ragrl.methods import load_method
 from ragrl.train.stages import run_stages
 
 HERE = Path(__file__).parent
@@ -76,7 +77,9 @@ def test_the_next_stage_starts_from_the_previous_best_policy(world_dir, tmp_path
     stages = [STAGES[0], {"name": "main", "overrides": ["train.steps=1"], "start_from": "previous_best"}]
     cfg = _config(world_dir, tmp_path, stages, best_metric="eval/n", eval_every=1)
     out = tmp_path / "run"
-    summaries = run_stages(cfg, [f"train.out={out}"])
+    method = load_method(cfg, [f"train.out={out}"])
+    cfg.write_text("method: broken\n", encoding="utf-8")  # the config is read once, when it loads
+    summaries = run_stages(method)
     assert [s["steps"] for s in summaries] == [2, 1]
     best = out / "stage-0-warmup" / "best"
     assert json.loads((best / "best.json").read_text()) == {"step": 0, "metric": "eval/n", "value": 3.0}
@@ -92,11 +95,13 @@ def test_the_next_stage_starts_from_the_previous_best_policy(world_dir, tmp_path
 def test_an_interrupted_staged_run_resumes_to_the_same_result(world_dir, tmp_path, stop):
     cfg = _config(world_dir, tmp_path, STAGES)
     full, part = tmp_path / "full", tmp_path / "part"
-    run_stages(cfg, [f"train.out={full}"])
-    assert len(run_stages(cfg, [f"train.out={part}"], stop=stop)) == stop[0]  # stopped inside stage stop[0]
+    run_stages(load_method(cfg, [f"train.out={full}"]))
+    assert (
+        len(run_stages(load_method(cfg, [f"train.out={part}"]), stop=stop)) == stop[0]
+    )  # stopped inside stage stop[0]
     with pytest.raises(RagrlError, match="a staged run is already there"):
-        run_stages(cfg, [f"train.out={part}"])  # without resume: refused, nothing overwritten
-    summaries = run_stages(cfg, [f"train.out={part}"], resume=True)
+        run_stages(load_method(cfg, [f"train.out={part}"]))  # without resume: refused, nothing overwritten
+    summaries = run_stages(load_method(cfg, [f"train.out={part}"]), resume=True)
     assert [s["steps"] for s in summaries] == [2, 2]
     for stage in ("stage-0-warmup", "stage-1-main"):
         expected, got = _weights(full / stage / "policy"), _weights(part / stage / "policy")
@@ -126,16 +131,16 @@ def test_stage_configs_are_checked_when_the_config_loads():
 def test_a_crashed_stage_restarts_clean_and_a_finished_one_is_not_evaluated_twice(world_dir, tmp_path):
     cfg = _config(world_dir, tmp_path, STAGES)
     full, part = tmp_path / "full", tmp_path / "part"
-    run_stages(cfg, [f"train.out={full}"])
+    run_stages(load_method(cfg, [f"train.out={full}"]))
     # a crash inside stage 1 before its first checkpoint: the stage restarts from scratch on resume
-    run_stages(cfg, [f"train.out={part}"], stop=(1, 1))
+    run_stages(load_method(cfg, [f"train.out={part}"]), stop=(1, 1))
     shutil.rmtree(part / "stage-1-main" / "checkpoints")
-    run_stages(cfg, [f"train.out={part}"], resume=True)
+    run_stages(load_method(cfg, [f"train.out={part}"]), resume=True)
     assert _records(part / "stage-1-main") == _records(full / "stage-1-main")
     # a crash after stage 1's final checkpoint but before stages.json recorded it: no second "after"
     state = json.loads((part / "stages.json").read_text())
     (part / "stages.json").write_text(json.dumps({"finished": state["finished"][:1]}))
-    run_stages(cfg, [f"train.out={part}"], resume=True)
+    run_stages(load_method(cfg, [f"train.out={part}"]), resume=True)
     assert _records(part / "stage-1-main") == _records(full / "stage-1-main")
     evals = [r for r in _records(full / "stage-0-warmup") if r["kind"] == "eval"]
     keys = {k for k, v in evals[0].items() if k.startswith("eval/") and not isinstance(v, str)}
@@ -152,13 +157,13 @@ def _lora_weights(policy: Path) -> dict[str, torch.Tensor]:
 
 
 def test_lora_stages_train_one_set_of_adapters_on(world_dir, tmp_path):
+    from ragrl.config.train import LoraConfig, ModelConfig
     from ragrl.llm.hf_backend import TransformersBackend
-    from ragrl.methods.train_config import LoraConfig, ModelConfig
     from ragrl.train.setup import load_policy
 
     cfg = _config(world_dir, tmp_path, STAGES)
     out = tmp_path / "run"
-    run_stages(cfg, [f"train.out={out}", LORA])
+    run_stages(load_method(cfg, [f"train.out={out}", LORA]))
     first, second = out / "stage-0-warmup" / "policy", out / "stage-1-main" / "policy"
     # each stage exports adapters only, on the base model (recorded as an absolute path)
     assert not (first / "model.safetensors").exists()

@@ -36,7 +36,7 @@ def analyze_thinking_command(
     (docs/tiresrag.md). Prints the table as markdown, then a JSON summary line."""
     from ragrl.data.io import read_examples, write_jsonl
     from ragrl.methods import load_method
-    from ragrl.methods.tiresrag_analysis import analyze_thinking, table1, table1_markdown
+    from ragrl.methods.tiresrag.analysis import analyze_thinking, table1, table1_markdown
     from ragrl.rollout.replay import read_completions
 
     method = load_method(config, set_ or [])

@@ -172,11 +172,11 @@ def eval_command(
     from omegaconf import OmegaConf
 
     from ragrl.eval.runner import evaluate
-    from ragrl.methods import load_method, load_method_config
+    from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
     from ragrl.retrieval.base import load_retriever
-    from ragrl.rollout.engine import write_trajectories
     from ragrl.rollout.limits import check_prompts
+    from ragrl.rollout.records import write_trajectories
 
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
@@ -297,7 +297,7 @@ def eval_command(
     write_trajectories(out / "trajectories.jsonl", report.trajectories)
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
-    OmegaConf.save(load_method_config(method, set_ or []), out / "config.yaml")
+    OmegaConf.save(method_obj.source, out / "config.yaml")  # the config as loaded, once
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))

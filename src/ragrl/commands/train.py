@@ -62,7 +62,6 @@ def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # no
     several processes every process looks before the main process writes."""
     import shutil
 
-    from ragrl.methods.train_config import resolved_config_yaml
     from ragrl.train.setup import process_state
     from ragrl.train.state import list_checkpoints
 
@@ -94,7 +93,7 @@ def _start_run_dir(method, resume: str | None) -> tuple[Path, str | None]:  # no
                 else:
                     target.unlink(missing_ok=True)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+        (run_dir / "config.yaml").write_text(method.resolved_yaml(), encoding="utf-8")
     state.wait_for_everyone()
     return run_dir, resume
 
@@ -129,7 +128,7 @@ def train(
             raise RagrlError(
                 "a staged run resumes with --resume latest (each stage from its newest checkpoint)"
             )
-        summaries = run_stages(config, _overrides(set_, out), resume=resume is not None)
+        summaries = run_stages(method, resume=resume is not None)
         if process_state().is_main_process:
             for i, (summary, stage) in enumerate(zip(summaries, method.train.stages, strict=False)):
                 write_report(stage_dir(Path(method.train.out), i, stage.name), summary)
@@ -160,7 +159,7 @@ def sft(
     resume: ResumeOption = None,
 ) -> None:
     """Supervised warm start on demonstration trajectories (loss on policy tokens only)."""
-    from ragrl.rollout.engine import read_trajectories, write_trajectories
+    from ragrl.rollout.records import read_trajectories, write_trajectories
     from ragrl.train.base import load_examples, load_index
     from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragrl.config import Method
 from ragrl.data.schema import Example
 from ragrl.llm.backend import GenerationBackend
-from ragrl.methods import Method
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext

@@ -46,9 +46,10 @@ from typing import Any
 import torch
 
 from ragrl.algos import ADVANTAGES, compute_advantages
+from ragrl.config import Method
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods import Method, load_method
+from ragrl.methods import load_method
 from ragrl.rewards import RewardContext
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.replay import trajectory_from_completion

@@ -39,21 +39,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ragrl.config import Method, load_method_config, to_dataclass
+from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods import Method, load_method_config, to_dataclass
-from ragrl.methods.search_r1 import (
-    SearchR1Config,
-    SearchR1Protocol,
-    SearchR1ProtocolConfig,
-    search_diagnostics,
-)
 from ragrl.metrics.answer import exact_match
 from ragrl.metrics.normalize import normalize
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
+from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.protocol import find_spans, first_span, squash_ws
 from ragrl.rollout.scripted import Turn
+from ragrl.rollout.search_protocol import SearchR1Protocol, SearchR1ProtocolConfig, search_diagnostics
 from ragrl.rollout.trajectory import Action, Trajectory
 from ragrl.synth.demonstrators import EvaluationPhrases, OracleDemonstrator
 
@@ -174,10 +171,14 @@ def _default_reward() -> list[dict[str, Any]]:
 
 
 @dataclass
-class EvalRarConfig(SearchR1Config):
+class EvalRarConfig:
     method: str = "eval_rar"
     protocol: EvalRarProtocolConfig = field(default_factory=EvalRarProtocolConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: list[dict[str, Any]] = field(default_factory=_default_reward)
+    """Weighted reward components (``ragrl.rewards.build_reward``): exact match of the final answer and
+    the evaluation reward (Eqs. 3-5)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     @classmethod
     def load(cls, name_or_path: str | Path = "eval_rar", overrides: Any = None) -> EvalRarConfig:

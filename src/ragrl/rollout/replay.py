@@ -21,8 +21,8 @@ from pathlib import Path
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
 from ragrl.rollout.backtrack import active_steps
-from ragrl.rollout.engine import trajectory_from_record
 from ragrl.rollout.protocol import END_TOKEN_TEXT, Protocol, read_turn, squash_ws
+from ragrl.rollout.records import trajectory_from_record
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
 

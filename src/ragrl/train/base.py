@@ -19,13 +19,14 @@ from typing import Any
 import torch
 from accelerate.utils import set_seed
 
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
+from ragrl.config.train_checks import RETRIEVAL_EVAL_METRICS
 from ragrl.console import console, progress_bar
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.eval.runner import evaluate
 from ragrl.llm.hf_backend import TransformersBackend
-from ragrl.methods import Method
-from ragrl.methods.train_config import RETRIEVAL_EVAL_METRICS, TrainConfig
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import check_prompts
 from ragrl.train.parallel import is_sharded, make_parallel

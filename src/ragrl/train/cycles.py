@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
 from ragrl.errors import RagrlError
-from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext
 from ragrl.train.base import Trainer
 from ragrl.train.dpo import DPOTrainer

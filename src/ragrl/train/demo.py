@@ -36,7 +36,6 @@ from typing import Any
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method, vocabulary_texts
-from ragrl.methods.train_config import resolved_config_yaml
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
 
 DEMO_CONFIG = "search_r1-tiny"
@@ -212,7 +211,7 @@ def run_demo(
     method = load_method(DEMO_CONFIG, [*common, *overrides])
     config = method.train
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+    (out / "config.yaml").write_text(method.resolved_yaml(), encoding="utf-8")
 
     # 3. partial SFT warm start on the oracle demonstrator
     accelerator = make_accelerator(config)

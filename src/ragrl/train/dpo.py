@@ -34,12 +34,12 @@ from typing import Any
 import torch
 
 from ragrl.algos.preference import dpo_loss
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError, RagrlError
 from ragrl.llm.chat import encode_messages
 from ragrl.llm.logprobs import token_logprobs
-from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
 from ragrl.rollout.sample import PreferencePair, Sample
 from ragrl.train.base import Trainer
 from ragrl.train.batch import SequenceBatch, sequence_batch

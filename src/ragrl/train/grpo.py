@@ -40,12 +40,12 @@ import torch
 from accelerate.utils import gather_object
 
 from ragrl.algos import compute_advantages, engine_mismatch, get_filter, group_stats, policy_loss, tis_weights
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.eval.runner import rollout_stats
 from ragrl.llm.logprobs import token_logprobs
-from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
 from ragrl.rewards.registry import RewardContext, RewardResult
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
+from ragrl.config.train import TrainConfig
 from ragrl.errors import RagrlError
-from ragrl.methods.train_config import TrainConfig
 
 
 class DataParallel:

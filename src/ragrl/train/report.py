@@ -16,7 +16,7 @@ from typing import Any
 
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
-from ragrl.rollout.engine import read_trajectories
+from ragrl.rollout.records import read_trajectories
 from ragrl.rollout.trajectory import Trajectory
 
 # Summary keys shown first, in this order, with their labels; any other scalar key follows as is.

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ragrl.config.train import TrainConfig
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import Generation, SamplingParams
-from ragrl.methods.train_config import TrainConfig
 
 
 class SyncedEngine:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ragrl.config.train import ModelConfig, OptimConfig, TrainConfig
 from ragrl.errors import RagrlError
-from ragrl.methods.train_config import ModelConfig, OptimConfig, TrainConfig
 
 
 class TrainingDiverged(RagrlError):

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
-from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.scripted import DemonstratorBackend
 from ragrl.rollout.trajectory import Trajectory

@@ -27,10 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ragrl.config import Method
 from ragrl.console import console
 from ragrl.errors import RagrlError
-from ragrl.methods import Method, load_method
-from ragrl.methods.train_config import resolved_config_yaml
 from ragrl.train.setup import process_state
 from ragrl.train.state import list_checkpoints
 
@@ -42,22 +41,22 @@ def stage_dir(out: Path, index: int, name: str) -> Path:
 
 
 def run_stages(
-    config: str | Path,
-    overrides: Sequence[str] = (),
+    base: Method,
     *,
     resume: bool = False,
     stop: tuple[int, int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every stage of ``config``'s ``train.stages``; returns one summary per stage.
+    """Run every stage of the method's ``train.stages``; returns one summary per stage. Each stage's
+    method is ``base.with_overrides(...)``: the config is read once, by whoever loaded ``base``
+    (``load_method`` checked every stage's config then).
 
     ``stop=(i, n)`` ends the run after step ``n`` of stage ``i`` with a checkpoint, as a crash right
     after saving would (for tests of exact resume)."""
     from ragrl.train.trainers import check_trainable, make_trainer
 
-    base = load_method(config, list(overrides))  # checks every stage's config too
     stages, out = base.train.stages, Path(base.train.out)
     if not stages:
-        raise RagrlError(f"{config}: train.stages is empty; use an ordinary run")
+        raise RagrlError(f"{base.where}: train.stages is empty; use an ordinary run")
     state = process_state()  # under accelerate launch: the folder is the main process's to write
     finished = _read_state(out) if resume else []
     if not resume and out.is_dir() and any(out.iterdir()):
@@ -70,7 +69,7 @@ def run_stages(
     summaries = [f["summary"] for f in finished]
     for i, stage in enumerate(stages):  # before any stage trains: no stage that can never learn
         try:
-            check_trainable(load_method(config, [*overrides, *stage.overrides, "train.stages=[]"]))
+            check_trainable(base.with_overrides([*stage.overrides, "train.stages=[]"]))
         except RagrlError as e:
             raise RagrlError(f"train.stages[{i}] ({stage.name}): {e}") from None
     for i, stage in enumerate(stages):
@@ -78,14 +77,12 @@ def run_stages(
             continue
         where = stage_dir(out, i, stage.name)
         start = _start_policy(base, stages, finished, i)
-        method = load_method(
-            config, [*overrides, *stage.overrides, f"train.out={where}", f"train.model.path={start}"]
-        )
+        method = base.with_overrides([*stage.overrides, f"train.out={where}", f"train.model.path={start}"])
         in_progress = resume and bool(list_checkpoints(where))
         if not in_progress and state.is_main_process:  # a fresh start: nothing left of a crashed one
             shutil.rmtree(where, ignore_errors=True)
             where.mkdir(parents=True)
-            (where / "config.yaml").write_text(resolved_config_yaml(method), encoding="utf-8")
+            (where / "config.yaml").write_text(method.resolved_yaml(), encoding="utf-8")
         state.wait_for_everyone()
         if state.is_main_process:
             console.print(f"stage {i} ({stage.name}): from {start}, {method.train.steps} steps -> {where}")

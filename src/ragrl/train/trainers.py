@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragrl.methods import Method
-from ragrl.methods.train_config import TrainConfig
+from ragrl.config import Method
+from ragrl.config.train import TrainConfig
 
 
 def make_trainer(method: Method, config: TrainConfig, **kwargs: Any) -> Any:
