@@ -3,12 +3,16 @@ documents and scores (float32), for every BM25 variant; so its searches are bm25
 
 from __future__ import annotations
 
+import gc
+import os
+from pathlib import Path
+
 import bm25s
 import numpy as np
 import pytest
 
 from ragrl.retrieval.bm25 import METHODS, BM25Retriever, _make_stemmer
-from ragrl.retrieval.bm25_build import build_in_chunks
+from ragrl.retrieval.bm25_build import build_in_chunks, disk_arrays, give_back
 from ragrl.synth.scale import synthetic_corpus
 
 PASSAGES = [*synthetic_corpus(2500, seed=4, words=40, vocabulary=3000, topics=50)]
@@ -71,3 +75,48 @@ def test_a_retriever_built_in_chunks_searches_like_bm25s(tmp_path):
         assert [h.score for h in hits] == pytest.approx(scores[best].tolist(), rel=1e-6)
     retriever.save(tmp_path)  # bm25s's own files: its loader reads them
     assert bm25s.BM25.load(str(tmp_path / "bm25s")).scores["num_docs"] == 2500
+
+
+def _rss_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_score_arrays_fill_files_not_memory(tmp_path):
+    arrays = disk_arrays(tmp_path, {"data": (np.float32, 50_000_000)})  # 200 MB
+    data = arrays["data"]
+    folder = Path(data.filename).parent
+    before = _rss_mb()
+    data[::1024] = 1.0  # touch every page, as a chunk's scores land all over the array
+    touched = _rss_mb()
+    give_back(data)
+    assert touched - before > 150  # the pages were resident ...
+    assert _rss_mb() - before < 20  # ... and are given back to the kernel
+    assert float(data[1024 * 7]) == 1.0  # the data is still there (read back from the file)
+    del data, arrays
+    gc.collect()
+    assert not folder.exists()  # the scratch files go with the arrays
+
+
+def test_a_saved_index_links_the_built_score_files(tmp_path):
+    retriever = BM25Retriever.build(PASSAGES, workdir=tmp_path / "work")
+    data = retriever._model.scores["data"]
+    assert isinstance(data, np.memmap) and Path(data.filename).is_relative_to(tmp_path / "work")
+    retriever.save(tmp_path / "index")
+    saved = tmp_path / "index" / "bm25s" / "data.csc.index.npy"
+    assert os.stat(saved).st_ino == os.stat(data.filename).st_ino  # linked, not written again
+    loaded = BM25Retriever.load(tmp_path / "index")
+    queries = [" ".join(p.text.split()[:6]) for p in PASSAGES[::500]]
+    assert loaded.search(queries, 5) == retriever.search(queries, 5)
+    np.testing.assert_array_equal(np.load(saved), np.asarray(data))
+    # a loaded index's mapped files are linked too (a hybrid's components, an index saved elsewhere)
+    loaded.save(tmp_path / "again")
+    again = tmp_path / "again" / "bm25s" / "indices.csc.index.npy"
+    assert os.stat(again).st_ino == os.stat(tmp_path / "index" / "bm25s" / "indices.csc.index.npy").st_ino
+    assert BM25Retriever.load(tmp_path / "again").search(queries, 5) == retriever.search(queries, 5)
+    del retriever, data
+    gc.collect()
+    assert not any((tmp_path / "work").iterdir())  # the build's scratch files are gone, the index stays
+    assert BM25Retriever.load(tmp_path / "index").search(queries, 5) == loaded.search(queries, 5)

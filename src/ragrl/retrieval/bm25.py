@@ -38,7 +38,7 @@ from ragrl.retrieval.base import (
     save_corpus,
     write_manifest,
 )
-from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s
+from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s, save_model
 from ragrl.retrieval.store import own_copy
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -215,7 +215,7 @@ class BM25Retriever:
         # (this retriever's own, or a server's)
         target, fresh = d / _BM25S_DIR, d / f".{_BM25S_DIR}.{os.getpid()}.tmp"
         shutil.rmtree(fresh, ignore_errors=True)
-        self._model.save(str(fresh), show_progress=False)
+        save_model(self._model, fresh)  # score arrays already in files are linked, not copied
         target.mkdir(exist_ok=True)
         names = {f.name for f in fresh.iterdir()}
         for f in target.iterdir():
@@ -223,6 +223,7 @@ class BM25Retriever:
                 f.unlink()
         for name in names:
             os.replace(fresh / name, target / name)
+            (fresh / name).unlink(missing_ok=True)  # rename does nothing when both name one linked file
         fresh.rmdir()
         save_corpus(d, self.passages)
         write_manifest(

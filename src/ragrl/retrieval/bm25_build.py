@@ -13,16 +13,22 @@ token has a column of its own) from three passes over the passages:
 3. each chunk's term frequencies become scores with bm25s's own term-frequency scorer and are placed
    straight into the index's compressed-column arrays, whose size the document frequencies give.
 
-Memory: the final arrays (8 bytes a (passage, term) pair: 1.2 GB for the 2M synthetic passages, ~12.6
-GB projected for 21M), the vocabulary and one chunk's temporaries. The chunk files (12 bytes a
-(passage, term) pair) go to ``workdir``. The arrays themselves are not yet written to disk as they
-fill: at Wikipedia's size this build needs a machine with that memory.
+Memory: the vocabulary, the document lengths (8 bytes a passage) and one chunk's temporaries. The chunk
+files (12 bytes a (passage, term) pair) and the two large score arrays (8 bytes a pair: 1.2 GB for the
+2M synthetic passages, ~12.6 GB projected for 21M) are files in ``workdir``: each chunk's scores are
+written into the mapped ``.npy`` files, flushed, and their pages given back to the kernel
+(``madvise(MADV_DONTNEED)``), so the build's resident memory does not grow with them. The index keeps
+them mapped; ``BM25Retriever.save`` links them into the saved index (or copies them file to file, never
+through memory), and they are removed when the arrays are no longer used.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from itertools import chain
 from pathlib import Path
@@ -75,6 +81,8 @@ def build_in_chunks(
     )
 
     n = len(passages)
+    if workdir is not None:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ragrl-bm25-", dir=workdir) as tmp:
         files, vocab, df, lengths = _count(passages, Path(tmp), stopwords, stemmer, chunk, on_chunk)
         if "" not in vocab:  # as bm25s's index(): the empty token scores documents without a term
@@ -90,7 +98,9 @@ def build_in_chunks(
                 calculate_tfc_fn=_select_tfc_scorer(model.method), l_d=avg, l_avg=avg, k1=model.k1, b=model.b,
                 delta=model.delta, dtype=model.dtype,
             )  # fmt: skip
-        data, indices, indptr = _scores(files, model, df, lengths, avg, idf, nonoccurrence, on_chunk)
+        data, indices, indptr = _scores(
+            files, model, df, lengths, avg, idf, nonoccurrence, on_chunk, workdir=workdir
+        )
     model.scores = {"data": data, "indices": indices, "indptr": indptr, "num_docs": n}
     model.vocab_dict = vocab
     model.unique_token_ids_set = set(vocab.values())
@@ -137,19 +147,100 @@ def _count(
     return files, vocab, df, lengths
 
 
+def disk_arrays(workdir: str | Path | None, specs: dict[str, tuple[Any, int]]) -> dict[str, np.memmap]:
+    """``.npy`` files of the given dtypes and lengths, mapped for writing, in a fresh folder of
+    ``workdir`` that is removed once every array is garbage (at exit at the latest)."""
+    folder = Path(tempfile.mkdtemp(prefix="ragrl-bm25-scores-", dir=workdir))
+    arrays = {
+        name: np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dtype, shape=(max(n, 0),))
+        for name, (dtype, n) in specs.items()
+    }
+    remaining = [len(arrays)]
+
+    def release() -> None:
+        remaining[0] -= 1
+        if not remaining[0]:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    for array in arrays.values():
+        weakref.finalize(array, release)
+    return arrays
+
+
+def save_model(model: bm25s.BM25, folder: Path) -> None:
+    """bm25s's ``save`` into ``folder``, except that score arrays already in files (a chunked build's,
+    or a loaded index's mapped ones) are linked into it, or copied file to file when a link cannot be
+    made, rather than written again through this process's memory."""
+    names = {"data": "data.csc.index.npy", "indices": "indices.csc.index.npy"}
+    scores = model.scores
+    on_disk = {
+        key: Path(scores[key].filename)
+        for key in names
+        if isinstance(scores[key], np.memmap) and scores[key].filename and _whole_npy(scores[key])
+    }
+    model.scores = {**scores, **{key: scores[key][:0] for key in on_disk}}
+    try:
+        model.save(str(folder), show_progress=False)
+    finally:
+        model.scores = scores
+    for key, source in on_disk.items():
+        give_back(scores[key])  # its last pages are in the file
+        target = folder / names[key]
+        target.unlink()
+        try:
+            os.link(source, target)
+        except OSError:  # another file system, or links not allowed
+            shutil.copyfile(source, target)
+
+
+def _whole_npy(array: np.memmap) -> bool:
+    """``array`` maps the whole of the ``.npy`` file it names (not a slice of it, nor another format)."""
+    path = Path(array.filename)
+    if path.suffix != ".npy" or not path.is_file():
+        return False
+    with path.open("rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        fmt = np.lib.format
+        shape, _, dtype = (fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0)(f)
+        header = f.tell()
+    return (
+        shape == array.shape
+        and dtype == array.dtype
+        and array.offset == header
+        and path.stat().st_size == header + array.nbytes
+    )
+
+
+def give_back(*arrays: np.ndarray) -> None:
+    """Write the arrays' dirty pages to their files and drop them from this process's resident memory
+    (the data stays in the file; a later read maps it in again)."""
+    for array in arrays:
+        if isinstance(array, np.memmap) and array.size:
+            array.flush()
+            handle = getattr(array, "_mmap", None)
+            if handle is not None:
+                handle.madvise(mmap.MADV_DONTNEED)
+
+
 def _scores(
     files: list[Path], model: bm25s.BM25, df: np.ndarray, lengths: np.ndarray, avg: float,
     idf: np.ndarray, nonoccurrence: np.ndarray | None, on_chunk: Callable[[], None] | None,
+    *, workdir: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """Pass 3: every (document, term) score in compressed-column order (a term's documents ascending)."""
+    """Pass 3: every (document, term) score in compressed-column order (a term's documents ascending),
+    written chunk by chunk into ``.npy`` files mapped from ``workdir``."""
     from bm25s.scoring import _select_tfc_scorer
 
     vocab_size = len(df)
     indptr = np.zeros(vocab_size + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])
     int_dtype = np.int32 if indptr[-1] < 2**31 else np.int64
-    data = np.empty(int(indptr[-1]), dtype=model.dtype)
-    indices = np.empty(int(indptr[-1]), dtype=model.int_dtype)
+    pairs = int(indptr[-1])
+    if pairs:
+        arrays = disk_arrays(workdir, {"data": (model.dtype, pairs), "indices": (model.int_dtype, pairs)})
+        data, indices = arrays["data"], arrays["indices"]
+    else:  # every passage empty: nothing to map
+        data, indices = np.empty(0, dtype=model.dtype), np.empty(0, dtype=model.int_dtype)
     position = indptr[:-1].copy()
     tfc = _select_tfc_scorer(model.method)
     for path in files:
@@ -174,6 +265,7 @@ def _scores(
         data[target] = scores
         indices[target] = doc
         position += counts
+        give_back(data, indices)
         if on_chunk is not None:
             on_chunk()
     return data, indices, indptr.astype(int_dtype)
