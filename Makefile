@@ -144,7 +144,7 @@ VERL_VENV  ?= .venv-verl
 VERL_STAMP := $(VERL_VENV)/.installed
 VERL_PIN   := verl==0.9.1
 VERL_DEPS  := ray==2.60.0 tensordict==0.10.0 codetiming==1.4.0 orjson==3.13.0 hydra-core==1.3.8 \
-	datasets==5.2.0 cachetools==8.0.2 pyarrow==26.0.1
+	datasets==5.2.0 cachetools==8.0.2 pyarrow==26.0.1 fastapi==0.165.0 uvicorn==0.54.0
 
 $(VERL_STAMP): pyproject.toml
 	@test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
@@ -158,7 +158,7 @@ $(VERL_STAMP): pyproject.toml
 verl-env: $(VERL_STAMP)
 
 test-verl: $(VERL_STAMP)
-	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider -m verl tests/integrations/test_verl.py
+	$(VERL_VENV)/bin/python -m pytest -q -p no:cacheprovider -m verl tests/integrations/
 
 bench-vllm: $(VLLM_STAMP)
 	cd benchmarks && ../$(VLLM_VENV)/bin/python vllm_rollout.py $(ARGS)

@@ -33,6 +33,14 @@ def test_index_and_search_table(built):
     assert "Mount Everest" in result.output and "rank" in result.output
 
 
+def test_one_query_with_out_is_written_not_dropped(built):
+    out = built / "one.jsonl"
+    result = runner.invoke(app, ["search", str(built / "idx"), "highest mountain", "-k", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["query"] == "highest mountain" and record["hits"][0]["title"] == "Mount Everest"
+
+
 def test_search_queries_file_jsonl(built, toy_passages):
     (built / "q.txt").write_text("capital of Germany\n\nhighest mountain\nthe of and\n")
     result = runner.invoke(app, ["search", str(built / "idx"), "--queries", str(built / "q.txt"), "-k", "3"])

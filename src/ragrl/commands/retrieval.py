@@ -333,7 +333,8 @@ def search(
     batch_size: Annotated[int, typer.Option(help="Queries searched per batch with --queries.")] = 1024,
     snippet: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 100,
 ) -> None:
-    """Search an index: one query as a table, or a file of queries as jsonl (plus metrics with --eval)."""
+    """Search an index: one query as a table (as jsonl with --out), or a file of queries as jsonl (plus
+    metrics with --eval)."""
     from ragrl.console import progress
     from ragrl.retrieval.base import MANIFEST_NAME, load_retriever, read_manifest
     from ragrl.retrieval.cache import CachedRetriever
@@ -354,13 +355,12 @@ def search(
         if cache is not None:
             retriever = CachedRetriever(retriever, cache, cache_mode.value)
 
-    if query is not None:
+    if query is not None and out is None:
         hits = retriever.search([query], k)[0]
         _print_table(query, hits, snippet)
         return
 
-    assert queries is not None
-    texts, examples = _read_queries(queries)
+    texts, examples = ([query], None) if query is not None else _read_queries(queries)  # type: ignore[arg-type]
     if eval_ and examples is None:
         raise RagrlError(
             f"{queries}: --eval needs a canonical question jsonl (with supporting_ids and/or "

@@ -207,12 +207,15 @@ def verl_rows(
     method: str = "search_r1",
     data_source: str = "ragrl",
     overrides: Sequence[str] = (),
+    agent_name: str | None = None,
 ) -> list[dict]:
     """ragrl questions as verl dataset rows, prepared as the method prepares its training questions:
     ``prompt`` (the method's chat messages), ``data_source``, ``reward_model`` (rule-based, the gold
-    answers as ground truth) and ``extra_info`` (the row's index, the question's id and the whole
-    ``Example`` for ``compute_score``)."""
-    m = _method(method, tuple(overrides))
+    answers as ground truth), ``extra_info`` (the row's index, the question's id and the whole
+    ``Example`` for ``compute_score`` and the agent loop) and, when given, ``agent_name`` (the agent
+    loop verl plays the row with: ``ragrl_agent`` for ``ragrl.integrations.verl_agent``)."""
+    # scored from text by compute_score: only what text carries; played by ragrl's agent loop: any method
+    m = _method(method, tuple(overrides)) if agent_name is None else load_method(method, list(overrides))
     rows = []
     for i, ex in enumerate(m.prepare_examples(list(examples), "verl rows")):
         rows.append(
@@ -222,6 +225,7 @@ def verl_rows(
                 "ability": "multi-hop-qa",
                 "reward_model": {"style": "rule", "ground_truth": list(ex.answers)},
                 "extra_info": {"index": i, "id": ex.id, "ragrl_example": json.dumps(ex.to_record())},
+                **({"agent_name": agent_name} if agent_name else {}),
             }
         )
     return rows
@@ -233,12 +237,13 @@ def write_parquet(
     method: str = "search_r1",
     data_source: str = "ragrl",
     overrides: Sequence[str] = (),
+    agent_name: str | None = None,
 ) -> int:
     """``verl_rows`` written as the parquet file verl's ``RLHFDataset`` reads; the number of rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = verl_rows(examples, method, data_source, overrides)
+    rows = verl_rows(examples, method, data_source, overrides, agent_name)
     if not rows:
         raise RagrlError(f"{path}: no questions to write")
     pq.write_table(pa.Table.from_pylist(rows), str(path))
