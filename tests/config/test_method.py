@@ -5,20 +5,37 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from ragrl.config import METHODS, Method, build_method, load_method_config, register_method
-from ragrl.config.files import packaged_configs
+from ragrl.config import (
+    METHODS,
+    Method,
+    available_methods,
+    build_method,
+    files,
+    load_method_config,
+    register_method,
+)
 from ragrl.errors import RagrlError
 from ragrl.methods import load_method
 from ragrl.methods.search_r1 import build_method as build_search_r1
 
 
 def test_every_packaged_config_names_a_registered_method() -> None:
-    assert METHODS.names() == ["arena", "eval_rar", "evo_rag", "r2ag", "search_r1", "tiresrag"]
-    for path in sorted(packaged_configs().iterdir()):
-        if path.name.endswith(".yaml"):
-            method = load_method(path.name[: -len(".yaml")])
-            assert method.source["method"] in METHODS
-            assert method.where == path.name[: -len(".yaml")]
+    assert {"arena", "eval_rar", "evo_rag", "r2ag", "search_r1", "tiresrag"} <= set(METHODS.names())
+    assert len(available_methods()) == 14
+    for name in available_methods():
+        method = load_method(name)
+        assert method.source["method"] in METHODS and method.where == name
+
+
+def test_a_package_registers_its_own_config_folder(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "CONFIG_FOLDERS", list(files.CONFIG_FOLDERS))  # restored after the test
+    (tmp_path / "mine.yaml").write_text("method: search_r1\nrollout: {n: 5}\n", encoding="utf-8")
+    with pytest.raises(RagrlError, match=r"unknown method 'mine' \(packaged: arena, "):
+        load_method("mine")
+    files.register_config_folder(tmp_path)
+    files.register_config_folder(tmp_path)  # once is enough
+    assert files.CONFIG_FOLDERS.count(tmp_path) == 1 and "mine" in available_methods()
+    assert load_method("mine").rollout.n == 5
 
 
 def test_a_new_method_registers_and_loads_from_a_path(tmp_path) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ragrl.config import available_methods
+from ragrl.methods import available_methods
 
 METHOD_CHOICES = f"a packaged config ({', '.join(available_methods())}) or a YAML path"
 """What a ``--method`` / ``CONFIG`` argument accepts, for help texts."""

@@ -1,7 +1,8 @@
 """Config files: a method's YAML (a packaged name or a path), ``--set`` overrides, and the check of a
 config against its dataclass schema.
 
-A method's config is a packaged YAML file (``ragrl/methods/configs/<name>.yaml``) loaded with OmegaConf;
+A method's config is a packaged YAML file (``ragrl/methods/configs/<name>.yaml``, registered by
+``ragrl.methods``: ``register_config_folder``) loaded with OmegaConf;
 ``load_method_config`` reads it (or any YAML path) and applies ``a.b=value`` overrides, and
 ``to_dataclass`` checks it against the method's schema (unknown keys and wrong types are ``RagrlError``s
 that name the key).
@@ -10,7 +11,6 @@ that name the key).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,15 +23,31 @@ from ragrl.errors import RagrlError
 T = TypeVar("T")
 
 
-def packaged_configs():  # noqa: ANN201
-    """The folder of the packaged method configs (``ragrl/methods/configs``): data, read by path."""
-    return resources.files("ragrl") / "methods" / "configs"
+CONFIG_FOLDERS: list[Any] = []
+"""The folders whose ``<name>.yaml`` files are configs loadable by name, in the order they were
+registered: ``ragrl.methods`` registers ``ragrl/methods/configs`` when it is imported; a package of
+methods of one's own can register its folder the same way."""
+
+
+def register_config_folder(folder: Any) -> None:
+    """Make the ``<name>.yaml`` files of ``folder`` (a path or an ``importlib.resources`` folder)
+    loadable by name. A name in two folders is taken from the first registered."""
+    if all(str(folder) != str(known) for known in CONFIG_FOLDERS):
+        CONFIG_FOLDERS.append(folder)
+
+
+def _packaged(name: str) -> Any:
+    for folder in CONFIG_FOLDERS:
+        candidate = folder / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def available_methods() -> list[str]:
-    """Names of the packaged method configs."""
-    root = packaged_configs()
-    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+    """The names of the configs loadable by name (the registered folders' ``*.yaml``)."""
+    names = {p.name[: -len(".yaml")] for f in CONFIG_FOLDERS for p in f.iterdir() if p.name.endswith(".yaml")}
+    return sorted(names)
 
 
 def _read_yaml(name_or_path: str | Path) -> DictConfig:
@@ -44,11 +60,13 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
         text, where = read_text(p), str(p)
     else:
         name = str(name_or_path)
-        res = packaged_configs() / f"{name}.yaml"
-        if not res.is_file():
-            raise RagrlError(
-                f"unknown method {name!r} (packaged: {', '.join(available_methods()) or 'none'})"
+        res = _packaged(name)
+        if res is None:
+            known = (
+                ", ".join(available_methods())
+                or "none: import ragrl.methods to register the packaged configs"
             )
+            raise RagrlError(f"unknown method {name!r} (packaged: {known})")
         text, where = res.read_text(encoding="utf-8"), f"{name}.yaml"
     try:
         cfg = OmegaConf.create(text)

@@ -111,7 +111,16 @@ class Method:
     def with_overrides(self, overrides: Sequence[str] | Mapping[str, Any] | None) -> Method:
         """This method with more overrides (a training stage's, a run folder's ``train.out``), built from
         the config it was loaded from: the file is read once per run."""
-        return build_method(apply_overrides(self.source, overrides), self.where)
+        if self.source is None:
+            raise RagrlError(
+                f"method {self.name!r} was built without its config (use load_method or build_method): "
+                "there is nothing to apply overrides to"
+            )
+        try:
+            cfg = apply_overrides(self.source, overrides)
+        except RagrlError as e:
+            raise RagrlError(_named(self.where, str(e))) from None
+        return build_method(cfg, self.where)
 
     def resolved_yaml(self) -> str:
         """The full config (every default filled in) as YAML, for the run folder."""

@@ -11,13 +11,17 @@
 What every method shares lives below them: the config files, the ``train:`` schema and the method registry
 (``ragrl.config``), the search tag grammar (``ragrl.rollout.search_protocol``), rewards, advantages and
 rollouts. A paper's package never imports another's (an import-linter contract). Their configs are
-``ragrl/methods/configs/<name>.yaml``. Importing this package registers every method and its reward
-components, advantages and rollouts; ``load_method`` is ``ragrl.config.load_method``.
+``ragrl/methods/configs/<name>.yaml`` (each one's ``method:`` names its paper). Importing this package
+registers every method, its reward components, advantages and rollouts, and the configs' folder;
+``load_method`` is ``ragrl.config.load_method``.
 """
 
 from __future__ import annotations
 
-from ragrl.config import Method, load_method, register_method
+from importlib import resources
+
+from ragrl.config import Method, available_methods, load_method, register_method
+from ragrl.config.files import register_config_folder
 from ragrl.methods import arena, eval_rar, evo_rag, r2ag, search_r1, tiresrag
 from ragrl.methods.vocabulary import vocabulary_texts
 
@@ -31,4 +35,6 @@ for _name, _paper in (
 ):
     register_method(_name)(_paper.build_method)
 
-__all__ = ["Method", "load_method", "vocabulary_texts"]
+register_config_folder(resources.files(__name__) / "configs")
+
+__all__ = ["Method", "available_methods", "load_method", "vocabulary_texts"]

@@ -124,8 +124,8 @@ def get_reward(name: str) -> RewardFn:
 
 def reward_names() -> list[str]:
     """The registered components: the shared ones (``ragrl.rewards.answer`` and ``.retrieval``,
-    registered when ``ragrl.rewards`` is imported) and those of every method module imported so far
-    (``ragrl.methods.load_method`` imports them all)."""
+    registered when ``ragrl.rewards`` is imported) and those of every paper's package imported so far
+    (importing ``ragrl.methods`` imports them all)."""
     return REWARDS.names()
 
 

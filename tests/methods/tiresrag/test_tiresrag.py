@@ -10,8 +10,8 @@ import torch
 from ragrl.algos.advantages import compute_advantages, difficulty_weight
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag.advantage import advantage_terms
-from ragrl.methods.tiresrag.rewards import answer_reward, consistency_penalty, reflection_value
+from ragrl.methods.tiresrag.advantage import advantage_terms, consistency_penalty
+from ragrl.methods.tiresrag.rewards import answer_reward, reflection_value
 from ragrl.rewards import RewardContext, build_reward
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 

@@ -60,6 +60,9 @@ class ArenaConfig:
         return to_dataclass(cls, load_method_config(name_or_path, overrides))
 
 
+# -- an oracle reply (tests, warm starts) --------------------------------------------------------------------
+
+
 def oracle_reply(example: Example, output: str = "arena") -> str:
     """The reply that earns every reward: the gold ids, a one-line analysis citing them, the first
     gold answer (in words the tiny policy's tokenizer knows)."""
@@ -85,6 +88,9 @@ class ArenaOracle:
 
     def next_turn(self, example: Example, history: list[Any]) -> str:
         return oracle_reply(example, self.output)
+
+
+# -- the method ----------------------------------------------------------------------------------------------
 
 
 def build_method(cfg: Any) -> Method:

@@ -35,6 +35,9 @@ from ragrl.retrieval.base import Hit
 from ragrl.rollout.protocol import Protocol
 from ragrl.rollout.trajectory import Action, Trajectory
 
+# -- the prompt (§1.1) ---------------------------------------------------------------------------------------
+
+
 ARENA_PROMPT = """\
 This is a conversation between a User and an Assistant. The User asks a question and gives some \
 references; the Assistant answers the question from those references.
@@ -113,6 +116,9 @@ class ArenaProtocolConfig:
     reference_separator: str = "\n"
 
 
+# -- reading a reply (§1.3) ----------------------------------------------------------------------------------
+
+
 SPECIAL_TOKEN_RE = re.compile(
     r"<\|[^<>|\s]+\|>"  # <|eot|> <|im_end|> <|endoftext|> <|eot_id|> ... (ragrl tiny, Qwen, Llama-3)
     r"|<｜[^<>｜]+｜>"  # <｜end▁of▁sentence｜> (DeepSeek)
@@ -188,6 +194,9 @@ def render_references(
 
 REFERENCE_FIELDS = {"index": 1, "text": "text", "title": "title", "id": "id"}
 """The fields of ``reference_template`` (with sample values)."""
+
+
+# -- the protocol --------------------------------------------------------------------------------------------
 
 
 class ArenaProtocol(Protocol):

@@ -1,4 +1,6 @@
-"""**Rewards** (§2; every reward reads the policy's text with special tokens such as EOS removed, as the
+"""ARENA's rewards (spec §2), the Naive-GRPO baseline's format reward and the citation audit.
+
+**Rewards** (§2; every reward reads the policy's text with special tokens such as EOS removed, as the
 authors' code decodes with ``skip_special_tokens=True``; see ``visible_text``). Four pure functions of
 (completion text, gold answers, gold reference ids), summed with weights 1, 1, 1, 1 (total in [0, 13]):
 
@@ -135,6 +137,9 @@ def think_answer_format(trajectory: Trajectory, example: Example, ctx: RewardCon
     return think_answer_format_score(policy_output(trajectory))
 
 
+# -- the LLM-judge accuracy variant (arena.md §2.6) ----------------------------------------------------------
+
+
 def judge_score(example: Example, prediction: str, settings: dict[str, Any]) -> float:
     """The judge's score (1 / 0.5 / 0) of ``prediction`` against the gold answers.
 
@@ -166,6 +171,9 @@ def _judge_client(spec_json: str) -> tuple[Any, dict[str, str]]:
             "judge: {kind: openai, base_url: https://api.openai.com/v1, model: gpt-4o-2024-11-20}"
         )
     return make_judge(spec), {}
+
+
+# -- the citation audit --------------------------------------------------------------------------------------
 
 
 def citation_audit(trajectory: Trajectory, example: Example) -> dict[str, float]:

@@ -23,6 +23,8 @@ from ragrl.rewards import build_reward
 from ragrl.rollout.config import RolloutConfig
 from ragrl.rollout.trajectory import Trajectory
 
+# -- the demonstrator for a warm start (§3.7) ----------------------------------------------------------------
+
 
 class EvoRagOracle:
     """A world demonstrator in EVO-RAG's grammar: it plays ``inner`` (the world's search oracle by
@@ -47,6 +49,9 @@ class EvoRagOracle:
             thought = text[: text.index("<answer>")].rstrip()
             return f"{thought}\n{MARKERS['refuse']}"
         return text
+
+
+# -- evaluation measurements (§5) ----------------------------------------------------------------------------
 
 
 def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
@@ -76,6 +81,9 @@ def diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
     if gold:
         out["gold_recall"] = len(gold & found) / len(gold)
     return out
+
+
+# -- the config ----------------------------------------------------------------------------------------------
 
 
 def _rollout() -> RolloutConfig:

@@ -9,7 +9,7 @@ far (``q ⊕ d̃``) and writes (§1.2)::
 
 ``<base-Q> stop retrieval </base-Q>`` ends the expansion. Every query is one retrieval (top-1 in
 training, top-1 or top-2 at evaluation); the queries and their documents are the tree's vertices
-(``tree``). Training rewards gold hits, not answers (Eq. 5, below); every training
+(``tree``). Training rewards gold hits, not answers (Eq. 5, ``rewards``); every training
 sample is one steering step from a tree state, and the RR-Forest rounds (``forest``)
 carry each unfinished tree, pruned to its gold-hitting branches, into the next round.
 

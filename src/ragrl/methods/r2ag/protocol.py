@@ -198,7 +198,7 @@ class R2agProtocol(Protocol):
 
     def with_shots(self, shots: Sequence[tuple[Example, str]]) -> R2agProtocol:
         """This protocol with worked steps in front of every prompt: each a tree state (its question and
-        context) and the steering text written for it (``r2ag_steering.oracle_shots``)."""
+        context) and the steering text written for it (``ragrl.methods.r2ag.steering.oracle_shots``)."""
         out = R2agProtocol(self.config)
         out.shots = list(shots)
         return out

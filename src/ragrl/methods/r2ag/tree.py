@@ -169,6 +169,9 @@ def split_steps(tree: Trajectory) -> list[Trajectory]:
     return out
 
 
+# -- what a tree measured ------------------------------------------------------------------------------------
+
+
 def tree_diagnostics(trajectory: Trajectory, example: Example) -> dict[str, float]:
     """Per tree: steering steps (Iter.), LLM calls (steps + the reader), retrieval calls, documents
     retrieved (|D_s|, the @K of a tree), and over D_s: recall, full recall and AP normalised by |g|

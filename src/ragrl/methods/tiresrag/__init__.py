@@ -7,7 +7,8 @@ and a difficulty weight on the advantages. Where each part lives:
 - ``protocol``: the prompt, the insertion format and the reflection pass (``TiresragProtocol``);
 - ``rewards``: the answer reward R^A and the reflection reward R^R;
 - ``judges``: the judged rewards R^S (sufficiency) and R^T (thinking quality);
-- ``advantage``: the estimator ``tiresrag`` and the step diagnostics;
+- ``advantage``: the estimator ``tiresrag`` (the consistency penalty, the difficulty weight) and the
+  step diagnostics;
 - ``analysis``: the paper's failure-pattern analysis of thinking (``ragrl analyze``);
 - ``method``: the config (``ragrl/methods/configs/tiresrag.yaml``, ``tiresrag-tiny.yaml``), the oracle and
   ``build_method``.

@@ -34,8 +34,7 @@ from ragrl.algos.filters import saturated_groups
 from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag.protocol import BASELINES, PENALTY_MODES, STDS
-from ragrl.methods.tiresrag.rewards import answer_right, consistency_penalty
+from ragrl.methods.tiresrag.rewards import answer_right
 from ragrl.rewards.registry import RewardResult
 from ragrl.rollout.trajectory import Trajectory
 
@@ -99,6 +98,21 @@ def step_diagnostics(
         out.update({"adv/penalty_mean": float(pen.mean()), "adv/penalty_max": float(pen.max()),
                     "adv/penalty_share": float((pen > 0).float().mean())})  # fmt: skip
     return out
+
+
+PENALTY_MODES = ("paper", "code", "none")
+
+BASELINES = ("grpo", "reinforce_pp")
+
+STDS = ("population", "sample")
+
+
+def consistency_penalty(
+    z_answer: Tensor, z_thinking: Tensor, z_sufficiency: Tensor, *, lam: float = 0.1
+) -> Tensor:
+    """``A^P = −λ_p · zA · zT · zS`` where that product is negative, else 0 (so ``A^P ≥ 0``)."""
+    product = z_answer * z_thinking * z_sufficiency
+    return torch.where(product < 0, -lam * product, torch.zeros_like(product))
 
 
 def advantage_terms(
@@ -193,3 +207,6 @@ def tiresrag_advantage(
     if unknown:
         raise RagrlError(f"advantage_params: the tiresrag advantage takes no {unknown} (it takes {accepted})")
     return advantage_terms(rewards, group_ids, components=components, weights=weights, **params)["advantage"]
+
+
+tiresrag_advantage.__signature__ = inspect.signature(advantage_terms)  # type: ignore[attr-defined]

@@ -9,7 +9,6 @@ composite reward of the config.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from ragrl.config import Method, load_method_config, to_dataclass
 from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.methods.tiresrag.advantage import advantage_terms, step_diagnostics, tiresrag_advantage
+from ragrl.methods.tiresrag.advantage import step_diagnostics
 from ragrl.methods.tiresrag.judges import judge_parse_failures
 from ragrl.methods.tiresrag.protocol import (
     REFLECTION_THOUGHT,
@@ -69,6 +68,9 @@ def diagnostics(
     for component, failures in judge_parse_failures([trajectory]).items():
         out[f"{component}/parse_failures"] = float(failures)
     return out
+
+
+# -- the warm start's demonstrator ---------------------------------------------------------------------------
 
 
 class TiresragOracle:
@@ -154,4 +156,3 @@ def build_method(cfg: Any) -> Method:
 
 
 # the parameters are advantage_terms', so that a config's advantage_params are checked when it loads
-tiresrag_advantage.__signature__ = inspect.signature(advantage_terms)  # type: ignore[attr-defined]

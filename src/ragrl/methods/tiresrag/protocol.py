@@ -2,13 +2,7 @@
 
 **The rollout (§1.2–1.4)** is Search-R1's loop with the method's prompt and insertion format. The
 instructions go in the system message and the raw question in the user message. A search's passages
-come back as ``
-
-<information>
-(1)Title text
-(2)…</information>
-
-`` (``None`` when nothing is
+come back as ``\n\n<information>\n(1)Title text\n(2)…</information>\n\n`` (``None`` when nothing is
 found; the code also drops a leading number from a KILT passage, which our corpora do not have). After
 the first ``<answer>``, ``reflect: true`` continues the same episode once (``reflection_cue``, empty by
 default, is inserted first): the policy may think, search again and answer again; the last answer is
@@ -42,15 +36,6 @@ NO_ANSWER_MODES = ("zero", "text")
 
 
 REFLECTION_MODES = ("paper", "code")
-
-
-PENALTY_MODES = ("paper", "code", "none")
-
-
-BASELINES = ("grpo", "reinforce_pp")
-
-
-STDS = ("population", "sample")
 
 
 TIRESRAG_SYSTEM = (

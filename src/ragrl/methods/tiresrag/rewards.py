@@ -22,9 +22,6 @@ more answers than a live rollout gives (``ragrl reward``) is read to its end: th
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.methods.tiresrag.judges import response_text
@@ -32,6 +29,8 @@ from ragrl.methods.tiresrag.protocol import NO_ANSWER_MODES, REFLECTION_MODES, V
 from ragrl.metrics.answer import cover_em, f1
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.trajectory import Trajectory
+
+# -- R^A: the answer reward (§2.1) ---------------------------------------------------------------------------
 
 
 def answer_f1(prediction: str, golds: list[str]) -> float:
@@ -67,6 +66,9 @@ def answer_reward(
     return answer_f1(code_prediction(response_text(trajectory, prefill)), example.answers)
 
 
+# -- R^R: the reflection reward (§2.4) -----------------------------------------------------------------------
+
+
 def reflection_value(answers: list[str], golds: list[str], mode: str = "paper") -> float:
     """R^R of an episode whose ``<answer>`` bodies are ``answers``, in writing order."""
     if mode not in REFLECTION_MODES:
@@ -97,11 +99,3 @@ def reflection_reward(
 ) -> float:
     """R^R: did the reflection pass fix a wrong answer (+1) or break a right one (−1)?"""
     return reflection_value(trajectory.answers, example.answers, mode)
-
-
-def consistency_penalty(
-    z_answer: Tensor, z_thinking: Tensor, z_sufficiency: Tensor, *, lam: float = 0.1
-) -> Tensor:
-    """``A^P = −λ_p · zA · zT · zS`` where that product is negative, else 0 (so ``A^P ≥ 0``)."""
-    product = z_answer * z_thinking * z_sufficiency
-    return torch.where(product < 0, -lam * product, torch.zeros_like(product))
