@@ -11,8 +11,9 @@ import bm25s
 import numpy as np
 import pytest
 
+from ragrl.errors import RagrlError
 from ragrl.retrieval.bm25 import METHODS, BM25Retriever, _make_stemmer
-from ragrl.retrieval.bm25_build import build_in_chunks, disk_arrays, give_back
+from ragrl.retrieval.bm25_build import backing_file, build_in_chunks, disk_arrays, give_back, seal
 from ragrl.synth.scale import synthetic_corpus
 
 PASSAGES = [*synthetic_corpus(2500, seed=4, words=40, vocabulary=3000, topics=50)]
@@ -84,26 +85,39 @@ def _rss_mb() -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the resident set from /proc")
 def test_score_arrays_fill_files_not_memory(tmp_path):
-    arrays = disk_arrays(tmp_path, {"data": (np.float32, 50_000_000)})  # 200 MB
+    folder, arrays = disk_arrays(tmp_path, {"data": (np.float32, 50_000_000)})  # 200 MB, space reserved
     data = arrays["data"]
-    folder = Path(data.filename).parent
+    assert os.stat(data.filename).st_blocks * 512 >= data.nbytes  # reserved: a full disk fails here
     before = _rss_mb()
     data[::1024] = 1.0  # touch every page, as a chunk's scores land all over the array
     touched = _rss_mb()
     give_back(data)
     assert touched - before > 150  # the pages were resident ...
     assert _rss_mb() - before < 20  # ... and are given back to the kernel
-    assert float(data[1024 * 7]) == 1.0  # the data is still there (read back from the file)
-    del data, arrays
+    sealed = seal(folder, arrays)["data"]
+    assert not sealed.flags.writeable and float(sealed[1024 * 7]) == 1.0  # read back from the file
+    assert backing_file(sealed) == folder / "data.npy"
+    del data, arrays, sealed
     gc.collect()
     assert not folder.exists()  # the scratch files go with the arrays
 
 
-def test_a_saved_index_links_the_built_score_files(tmp_path):
+def test_no_room_for_the_arrays_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(RagrlError, match=r"no room for BM25's score arrays .*No space left on device"):
+        disk_arrays(tmp_path, {"data": (np.float32, 1000)})
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_saved_index_links_the_built_score_files(tmp_path, monkeypatch):
     retriever = BM25Retriever.build(PASSAGES, workdir=tmp_path / "work")
     data = retriever._model.scores["data"]
-    assert isinstance(data, np.memmap) and Path(data.filename).is_relative_to(tmp_path / "work")
+    assert not data.flags.writeable and backing_file(data).is_relative_to(tmp_path / "work")
     retriever.save(tmp_path / "index")
     saved = tmp_path / "index" / "bm25s" / "data.csc.index.npy"
     assert os.stat(saved).st_ino == os.stat(data.filename).st_ino  # linked, not written again
@@ -116,7 +130,18 @@ def test_a_saved_index_links_the_built_score_files(tmp_path):
     again = tmp_path / "again" / "bm25s" / "indices.csc.index.npy"
     assert os.stat(again).st_ino == os.stat(tmp_path / "index" / "bm25s" / "indices.csc.index.npy").st_ino
     assert BM25Retriever.load(tmp_path / "again").search(queries, 5) == retriever.search(queries, 5)
+    # where no link can be made, the file is copied (never written through memory), the same bytes
+    monkeypatch.setattr(os, "link", lambda a, b: (_ for _ in ()).throw(OSError(18, "cross-device link")))
+    loaded.save(tmp_path / "copied")
+    copied = tmp_path / "copied" / "bm25s" / "data.csc.index.npy"
+    assert os.stat(copied).st_ino != os.stat(saved).st_ino and copied.read_bytes() == saved.read_bytes()
+    monkeypatch.undo()
+    # an index rebuilt by rename under a loaded one is another file: it is not linked in its place
+    BM25Retriever.build(PASSAGES[:2000]).save(tmp_path / "index")
+    assert backing_file(loaded._model.scores["data"]) is None
+    loaded.save(tmp_path / "stale")
+    assert BM25Retriever.load(tmp_path / "stale").search(queries, 5) == retriever.search(queries, 5)
     del retriever, data
     gc.collect()
     assert not any((tmp_path / "work").iterdir())  # the build's scratch files are gone, the index stays
-    assert BM25Retriever.load(tmp_path / "index").search(queries, 5) == loaded.search(queries, 5)
+    assert BM25Retriever.load(tmp_path / "again").search(queries, 5) == loaded.search(queries, 5)

@@ -38,7 +38,7 @@ from ragrl.retrieval.base import (
     save_corpus,
     write_manifest,
 )
-from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s, save_model
+from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s, remember_file, save_model
 from ragrl.retrieval.store import own_copy
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -246,6 +246,10 @@ class BM25Retriever:
                 f"{d}: the bm25s index files are damaged ({type(e).__name__}: {e}); "
                 "rebuild it with `ragrl index`"
             ) from None
+        for key in ("data", "indices"):  # mapped whole: a later save links them
+            array, path = model.scores[key], os.path.abspath(d / _BM25S_DIR / f"{key}.csc.index.npy")
+            if isinstance(array, np.memmap) and os.path.abspath(array.filename or "") == path:
+                remember_file(array, path)
         passages = load_corpus(d, manifest.get("num_passages"))
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):

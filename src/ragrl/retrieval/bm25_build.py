@@ -24,6 +24,7 @@ through memory), and they are removed when the arrays are no longer used.
 
 from __future__ import annotations
 
+import copy
 import mmap
 import os
 import shutil
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragrl.data.schema import Passage
+from ragrl.errors import RagrlError
 
 if TYPE_CHECKING:
     import bm25s
@@ -147,68 +149,94 @@ def _count(
     return files, vocab, df, lengths
 
 
-def disk_arrays(workdir: str | Path | None, specs: dict[str, tuple[Any, int]]) -> dict[str, np.memmap]:
-    """``.npy`` files of the given dtypes and lengths, mapped for writing, in a fresh folder of
-    ``workdir`` that is removed once every array is garbage (at exit at the latest)."""
+_FILES: dict[int, tuple[Path, int, int]] = {}
+"""``id(array) -> (path, st_dev, st_ino)``: arrays that map the whole of a ``.npy`` file, read-only."""
+
+
+def remember_file(array: np.ndarray, path: str | Path) -> np.ndarray:
+    """Note that ``array`` maps the whole of the ``.npy`` file ``path`` (read-only), so saving it can link
+    that file instead of writing the array again; forgotten when the array is garbage."""
+    st = os.stat(path)
+    _FILES[id(array)] = (Path(path), st.st_dev, st.st_ino)
+    weakref.finalize(array, _FILES.pop, id(array), None)
+    return array
+
+
+def backing_file(array: np.ndarray) -> Path | None:
+    """The file ``array`` maps whole, if it was noted and that path still names the same file (an index
+    rebuilt since, by rename, is another file: then None)."""
+    entry = _FILES.get(id(array))
+    if entry is None:
+        return None
+    path, dev, ino = entry
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return path if (st.st_dev, st.st_ino) == (dev, ino) else None
+
+
+def disk_arrays(
+    workdir: str | Path | None, specs: dict[str, tuple[Any, int]]
+) -> tuple[Path, dict[str, np.memmap]]:
+    """A fresh folder of ``workdir`` and, in it, ``.npy`` files of the given dtypes and lengths, their
+    space reserved on disk (a full disk is an error here, not a crash while they fill), mapped for
+    writing."""
     folder = Path(tempfile.mkdtemp(prefix="ragrl-bm25-scores-", dir=workdir))
-    arrays = {
-        name: np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dtype, shape=(max(n, 0),))
-        for name, (dtype, n) in specs.items()
+    arrays = {}
+    for name, (dtype, n) in specs.items():
+        path = folder / f"{name}.npy"
+        arrays[name] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+        try:
+            with path.open("r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, path.stat().st_size)
+        except OSError as e:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RagrlError(
+                f"{folder}: no room for BM25's score arrays ({n:,} pairs, "
+                f"{sum(np.dtype(d).itemsize * k for d, k in specs.values()):,} bytes): {e.strerror}"
+            ) from None
+    return folder, arrays
+
+
+def seal(folder: Path, arrays: dict[str, np.memmap]) -> dict[str, np.ndarray]:
+    """The filled arrays flushed and mapped again read-only (nothing can write to a file a saved index
+    links); ``folder`` is removed once all of them are garbage (at exit at the latest)."""
+    give_back(*arrays.values())
+    sealed = {
+        name: remember_file(np.load(folder / f"{name}.npy", mmap_mode="r"), folder / f"{name}.npy")
+        for name in arrays
     }
-    remaining = [len(arrays)]
+    remaining = [len(sealed)]
 
     def release() -> None:
         remaining[0] -= 1
         if not remaining[0]:
             shutil.rmtree(folder, ignore_errors=True)
 
-    for array in arrays.values():
+    for array in sealed.values():
         weakref.finalize(array, release)
-    return arrays
+    return sealed
 
 
 def save_model(model: bm25s.BM25, folder: Path) -> None:
     """bm25s's ``save`` into ``folder``, except that score arrays already in files (a chunked build's,
-    or a loaded index's mapped ones) are linked into it, or copied file to file when a link cannot be
-    made, rather than written again through this process's memory."""
+    a loaded index's mapped ones) are linked into it, or copied file to file when a link cannot be
+    made, rather than written again through this process's memory. The model itself is not touched
+    (a search running meanwhile sees its arrays)."""
     names = {"data": "data.csc.index.npy", "indices": "indices.csc.index.npy"}
-    scores = model.scores
-    on_disk = {
-        key: Path(scores[key].filename)
-        for key in names
-        if isinstance(scores[key], np.memmap) and scores[key].filename and _whole_npy(scores[key])
-    }
-    model.scores = {**scores, **{key: scores[key][:0] for key in on_disk}}
-    try:
-        model.save(str(folder), show_progress=False)
-    finally:
-        model.scores = scores
+    on_disk = {key: backing_file(model.scores[key]) for key in names}
+    on_disk = {key: path for key, path in on_disk.items() if path is not None}
+    shadow = copy.copy(model)
+    shadow.scores = {**model.scores, **{key: model.scores[key][:0] for key in on_disk}}
+    shadow.save(str(folder), show_progress=False)
     for key, source in on_disk.items():
-        give_back(scores[key])  # its last pages are in the file
         target = folder / names[key]
         target.unlink()
         try:
             os.link(source, target)
         except OSError:  # another file system, or links not allowed
             shutil.copyfile(source, target)
-
-
-def _whole_npy(array: np.memmap) -> bool:
-    """``array`` maps the whole of the ``.npy`` file it names (not a slice of it, nor another format)."""
-    path = Path(array.filename)
-    if path.suffix != ".npy" or not path.is_file():
-        return False
-    with path.open("rb") as f:
-        major, _ = np.lib.format.read_magic(f)
-        fmt = np.lib.format
-        shape, _, dtype = (fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0)(f)
-        header = f.tell()
-    return (
-        shape == array.shape
-        and dtype == array.dtype
-        and array.offset == header
-        and path.stat().st_size == header + array.nbytes
-    )
 
 
 def give_back(*arrays: np.ndarray) -> None:
@@ -236,8 +264,11 @@ def _scores(
     np.cumsum(df, out=indptr[1:])
     int_dtype = np.int32 if indptr[-1] < 2**31 else np.int64
     pairs = int(indptr[-1])
+    folder = None
     if pairs:
-        arrays = disk_arrays(workdir, {"data": (model.dtype, pairs), "indices": (model.int_dtype, pairs)})
+        folder, arrays = disk_arrays(
+            workdir, {"data": (model.dtype, pairs), "indices": (model.int_dtype, pairs)}
+        )
         data, indices = arrays["data"], arrays["indices"]
     else:  # every passage empty: nothing to map
         data, indices = np.empty(0, dtype=model.dtype), np.empty(0, dtype=model.int_dtype)
@@ -268,4 +299,7 @@ def _scores(
         give_back(data, indices)
         if on_chunk is not None:
             on_chunk()
+    if folder is not None:
+        sealed = seal(folder, {"data": data, "indices": indices})
+        data, indices = sealed["data"], sealed["indices"]
     return data, indices, indptr.astype(int_dtype)
