@@ -23,7 +23,12 @@ hold. verl's YAML for it (``actor_rollout_ref.rollout.agent.agent_loop_config_pa
 
 and the rows' ``agent_name: ragrl_agent`` (``write_parquet(..., agent_name="ragrl_agent")``). Sampling
 (temperature, top-p, top-k, log-probs) is verl's, from its rollout config; the stop strings and each
-turn's token allowance are the protocol's and the rollout's.
+turn's token allowance are the protocol's and the rollout's, sent as vLLM's sampling keys (SGLang's
+differ: not supported yet). What the loop refuses when it is built: ``skip_tokenizer_init`` (verl's
+default; a server without its tokenizer cannot match stop strings), a ``rollout.max_total_tokens``
+above verl's ``response_length`` (an episode is never cut after it was scored); and when it runs, a
+prompt longer than verl's ``prompt_length``. Episodes run in threads of their own (``EXECUTOR``), each
+waiting on the servers; a request the server aborts ends its turn as cut (``ragrl_aborted``).
 
 **The tool** (``RagrlSearchTool``): a verl ``BaseTool`` for verl's own tool-calling loop. It searches
 through a ragrl index or a ``ragrl serve`` URL and answers with the method's observation text (for
@@ -36,6 +41,8 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 from uuid import uuid4
 
@@ -46,7 +53,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from ragrl.config import Method
 from ragrl.errors import RagrlError
 from ragrl.integrations.verl import _example
-from ragrl.llm.backend import Generation, SamplingParams
+from ragrl.llm.backend import Generation, SamplingParams, model_eos_ids
 from ragrl.methods import load_method
 from ragrl.retrieval.base import Retriever, load_retriever
 from ragrl.retrieval.http import HttpRetriever
@@ -83,25 +90,50 @@ def agent_retriever(index: str | None = None, url: str | None = None) -> Retriev
         return _RETRIEVERS[(index, url)]
 
 
+EXECUTOR = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="ragrl-agent-loop")
+"""The threads the episodes run in: one an episode in flight, held while it waits on the servers, so not
+the event loop's default pool (whose few threads verl's own loops and tracing also need)."""
+
+
 class ServerBackend:
     """A ragrl ``GenerationBackend`` over verl's rollout servers, for a rollout running in a worker
     thread: each prompt is one ``server_manager.generate`` request, awaited on the agent loop's event
-    loop. verl's sampling settings are kept; the stop strings and the token allowance are ragrl's."""
+    loop. verl's sampling settings are kept; the stop strings and the token allowance are ragrl's
+    (vLLM's sampling keys: the servers must have their tokenizer to match stop strings)."""
 
     def __init__(
-        self, server_manager: Any, tokenizer: Any, sampling_params: dict[str, Any], loop: Any, request_id: str
+        self,
+        server_manager: Any,
+        tokenizer: Any,
+        sampling_params: dict[str, Any],
+        loop: Any,
+        request_id: str,
+        *,
+        eos_ids: frozenset[int] = frozenset(),
+        timeout: float | None = None,
     ) -> None:
         self.server_manager = server_manager
         self.tokenizer = tokenizer
         self.sampling_params = dict(sampling_params)
         self.loop = loop
         self.request_id = request_id
-        eos = getattr(tokenizer, "eos_token_id", None)
-        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.eos_ids = eos_ids
+        self.timeout = timeout
+        self.with_logprobs = True
+        """False once a reply came without log-probs (verl's ``calculate_log_probs`` off)."""
+        self.aborted = False
+        self.extra_fields: dict[str, Any] = {}
+        """What the servers' replies carried (the steps of the weights they sampled with, kept as the
+        min and max over the episode's requests)."""
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         calls = [asyncio.run_coroutine_threadsafe(self._one(list(p), params), self.loop) for p in prompts]
-        return [call.result() for call in calls]
+        try:
+            return [call.result(timeout=self.timeout) for call in calls]
+        except FutureTimeout:
+            raise RagrlError(
+                f"verl's rollout server did not answer request {self.request_id} in {self.timeout} s"
+            ) from None
 
     async def _one(self, prompt: list[int], params: SamplingParams) -> Generation:
         sampling = {
@@ -115,18 +147,35 @@ class ServerBackend:
         out = await self.server_manager.generate(
             request_id=self.request_id, prompt_ids=prompt, sampling_params=sampling
         )
-        if out.stop_reason == "aborted":
-            raise RagrlError(f"verl's rollout server aborted request {self.request_id}")
-        return self.generation(list(out.token_ids), out.log_probs, params)
+        self._keep(out.extra_fields or {})
+        if out.log_probs is None:
+            self.with_logprobs = False
+        generation = self.generation(list(out.token_ids), out.log_probs, params)
+        if out.stop_reason == "aborted":  # the server gave up on it (a weight update): cut here
+            self.aborted = True
+            generation = Generation(generation.token_ids, generation.logprobs, "length")
+        return generation
+
+    def _keep(self, fields: dict[str, Any]) -> None:
+        for key, value in fields.items():
+            if key == "min_global_steps" and key in self.extra_fields:
+                self.extra_fields[key] = min(self.extra_fields[key], value)
+            elif key == "max_global_steps" and key in self.extra_fields:
+                self.extra_fields[key] = max(self.extra_fields[key], value)
+            else:
+                self.extra_fields[key] = value
 
     def generation(self, ids: list[int], logprobs: list[float] | None, params: SamplingParams) -> Generation:
-        """What the server's tokens are to ragrl: ended by a stop string (kept in the text), by EOS, or
-        by the token allowance."""
+        """What the server's tokens are to ragrl (verl's reply says only "completed"): ended by a stop
+        string (kept in the text; the token that completed it may carry more), by a stop token, by EOS
+        (the tokenizer's or the model's generation config's), or by the token allowance."""
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         logprobs = [float(x) for x in logprobs] if logprobs else [0.0] * len(ids)
-        stop = next((s for s in params.stop if text.endswith(s)), None)
-        if stop is not None:
-            return Generation(ids, logprobs, "stop", stop)
+        found = [(text.find(s), s) for s in params.stop if s and s in text]
+        if found:
+            return Generation(ids, logprobs, "stop", min(found)[1])
+        if ids and ids[-1] in params.stop_token_ids:
+            return Generation(ids, logprobs, "stop", ids[-1])
         if ids and ids[-1] in self.eos_ids:
             return Generation(ids, logprobs, "eos", ids[-1])
         return Generation(ids, logprobs, "length")
@@ -142,13 +191,30 @@ class RagrlAgentLoop(AgentLoopBase):
         overrides: Sequence[str] = (),
         index: str | None = None,
         url: str | None = None,
+        request_timeout: float = 1800.0,
         **kwargs: Any,
     ) -> None:
         kwargs.pop("tools", None)  # verl's tool-calling tools: ragrl's protocol searches itself
         super().__init__(*args, **kwargs)
         self.method = agent_method(method, list(overrides))
         self.retriever = agent_retriever(index, url)
+        self.prompt_length = int(self.rollout_config.prompt_length)
         self.response_length = int(self.rollout_config.response_length)
+        self.request_timeout = float(request_timeout)
+        budget = self.method.rollout.max_total_tokens
+        if budget > self.response_length:
+            raise RagrlError(
+                f"{method}: rollout.max_total_tokens ({budget}) is more than verl's actor_rollout_ref."
+                f"rollout.response_length ({self.response_length}): an episode would be cut after it was "
+                "scored; lower the one or raise the other"
+            )
+        if self.rollout_config.get("skip_tokenizer_init", False):
+            raise RagrlError(
+                "the ragrl agent loop stops each turn at the protocol's stop strings, which a rollout server "
+                "without its tokenizer cannot match: set actor_rollout_ref.rollout.skip_tokenizer_init=False"
+            )
+        model_path = self.config.actor_rollout_ref.model.get("path")
+        self.eos_ids = model_eos_ids(str(model_path), self.tokenizer) if model_path else frozenset()
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         extra_info = kwargs.get("extra_info")
@@ -159,29 +225,36 @@ class RagrlAgentLoop(AgentLoopBase):
             )
         (example,) = self.method.prepare_examples([example], "verl row")
         request_id = uuid4().hex
+        loop = asyncio.get_running_loop()
         backend = ServerBackend(
-            self.server_manager, self.tokenizer, sampling_params, asyncio.get_running_loop(), request_id
-        )
-        rollout = self.method.make_rollout(
-            backend, self.retriever, dataclasses.replace(self.method.rollout, n=1)
-        )
-        (trajectory,) = await asyncio.to_thread(rollout.run, [example], 1)
-        (result,) = await asyncio.to_thread(
-            self.method.reward.score, [trajectory], [example], RewardContext()
-        )
-        n = min(len(trajectory.completion_ids), self.response_length)
+            self.server_manager, self.tokenizer, sampling_params, loop, request_id,
+            eos_ids=self.eos_ids, timeout=self.request_timeout,
+        )  # fmt: skip
+        one = dataclasses.replace(self.method.rollout, n=1)  # verl repeats a row for its groups
+        rollout = self.method.make_rollout(backend, self.retriever, one)
+        (trajectory,) = await loop.run_in_executor(EXECUTOR, rollout.run, [example], 1)
+        if len(trajectory.prompt_ids) > self.prompt_length:
+            raise RagrlError(
+                f"question {example.id}: its prompt is {len(trajectory.prompt_ids)} tokens, more than verl's "
+                f"actor_rollout_ref.rollout.prompt_length ({self.prompt_length}); raise it, or cut questions "
+                "with rollout.max_question_chars"
+            )
+        score = self.method.reward.score
+        (result,) = await loop.run_in_executor(EXECUTOR, score, [trajectory], [example], RewardContext())
         return AgentLoopOutput(
             prompt_ids=list(trajectory.prompt_ids),
-            response_ids=list(trajectory.completion_ids[:n]),
-            response_mask=list(trajectory.loss_mask[:n]),
-            response_logprobs=list(trajectory.completion_logprobs[:n]),
+            response_ids=list(trajectory.completion_ids),
+            response_mask=list(trajectory.loss_mask),
+            response_logprobs=list(trajectory.completion_logprobs) if backend.with_logprobs else None,
             reward_score=float(result.total),
             num_turns=2 * sum(1 for s in trajectory.segments if s.kind == "policy"),
             metrics=AgentLoopMetrics(),
             extra_fields={
+                **backend.extra_fields,
                 "turn_scores": [],
                 "tool_rewards": [],
                 "ragrl_finish_reason": trajectory.finish_reason,
+                "ragrl_aborted": backend.aborted,
                 "ragrl_searches": sum(1 for a in trajectory.actions if a.kind == "search"),
                 **{f"ragrl_{k}": float(v) for k, v in result.components.items()},
             },

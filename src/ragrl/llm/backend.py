@@ -87,3 +87,23 @@ class GenerationBackend(Protocol):
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         """One ``Generation`` per prompt, in order."""
         ...
+
+
+def model_eos_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's EOS and the model's ``generation_config.json`` ones: what a serving engine such as
+    vLLM stops on (its ``stop_reason`` ids for the latter, which ragrl reports as ``"eos"``, like
+    ``TransformersBackend``)."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    try:
+        from transformers import GenerationConfig
+
+        extra = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
+    except Exception:  # no generation_config.json: the tokenizer's EOS is all there is
+        extra = None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, list | tuple):
+        ids.update(int(x) for x in extra)
+    return frozenset(ids)

@@ -52,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ragrl.errors import RagrlError
-from ragrl.llm.backend import FinishReason, Generation, SamplingParams
+from ragrl.llm.backend import FinishReason, Generation, SamplingParams, model_eos_ids
 
 __all__ = [
     "VLLMBackend",
@@ -213,7 +213,7 @@ class VLLMBackend:
             self.dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
             """The engine's weight dtype (new weights are cast to it before they travel)."""
             self.tokenizer = self.llm.get_tokenizer()
-            self.eos_token_ids = _eos_ids(str(model_path), self.tokenizer)
+            self.eos_token_ids = model_eos_ids(str(model_path), self.tokenizer)
         except BaseException:
             self.close()
             raise
@@ -269,25 +269,6 @@ class VLLMBackend:
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         eos = tuple(self.eos_token_ids)
         return [to_generation(o.outputs[0], params, eos, self.logprobs_mode) for o in outputs]
-
-
-def _eos_ids(model_path: str, tokenizer: Any) -> frozenset[int]:
-    """The tokenizer's EOS and the model's ``generation_config.json`` ones (vLLM stops on both; the
-    latter arrive as ``stop_reason`` ids, which we report as ``"eos"`` like ``TransformersBackend``)."""
-    ids: set[int] = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    try:
-        from transformers import GenerationConfig
-
-        extra = GenerationConfig.from_pretrained(model_path, local_files_only=True).eos_token_id
-    except Exception:  # no generation_config.json: the tokenizer's EOS is all there is
-        extra = None
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif isinstance(extra, list | tuple):
-        ids.update(int(x) for x in extra)
-    return frozenset(ids)
 
 
 def _on_cpu() -> bool:
