@@ -2,14 +2,18 @@
 bounded memory, its speed and recall against exact search, and ``ragrl serve`` under 20 clients.
 
     .venv/bin/python benchmarks/retrieval_scale.py --passages 2000000 --workdir runs/retrieval-scale
+    .venv/bin/python benchmarks/retrieval_scale.py --passages 300000 --model minilm --max-length 64 \
+        --words 30 --workdir runs/retrieval-minilm    # recall and speed with the real encoder
 
 Every step runs the real command in its own process and records its wall time and peak RSS (the
 kernel's ``ru_maxrss`` of that process, from ``os.wait4``):
 
 1. ``ragrl data synth-corpus -n N`` (``ragrl.synth.scale``: ~100-word passages on 2,000 topics);
-2. ``ragrl index --retriever dense --model hashing:384 --index-type ivf-pq --recall-check 200``: the
-   cheap deterministic hashing encoder (MiniLM's 384 dimensions; MiniLM itself encodes ~100 real
-   passages a second here, so 2M would take ~6 hours); with ``--bm25``, also ``ragrl index
+2. ``ragrl index --retriever dense --model hashing:384 --index-type ivf-pq --recall-check 200``: by
+   default the cheap deterministic hashing encoder, MiniLM's 384 dimensions (MiniLM embeds ~25
+   synthetic 100-word passages a second here, so 2M would take a day); ``--model minilm`` is the real
+   one, for recall, with ``--max-length`` and ``--words`` to keep its encoding affordable; with
+   ``--bm25``, also ``ragrl index
    --retriever bm25`` over the same corpus (built in chunks: ``ragrl.retrieval.bm25_build``) and a
    hybrid index of the two;
 3. queries/s at batch 32 of the IVF-PQ index (with its exact re-ranking) and of an exact flat index over
@@ -196,6 +200,11 @@ def main() -> None:
     ap.add_argument(
         "--bm25", action="store_true", help="also build a BM25 index (in chunks) and a hybrid of both"
     )
+    ap.add_argument(
+        "--model", default="hashing:384", help="hashing:384 (the scale run) or minilm (the bundled encoder)"
+    )
+    ap.add_argument("--max-length", type=int, default=None, help="tokens a passage and a query are cut to")
+    ap.add_argument("--words", type=int, default=100, help="words a synthetic passage, on average")
     ap.add_argument("--queries", type=int, default=320)
     ap.add_argument("--clients", type=int, default=20)
     args = ap.parse_args()
@@ -204,17 +213,19 @@ def main() -> None:
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     corpus, ivf, bm25 = work / "corpus.jsonl", work / "ivf-pq", work / "bm25"
     n = args.passages
+    encoder = [] if args.model == "minilm" else ["--model", args.model]
+    encoder += ["--max-length", str(args.max_length)] if args.max_length else []
     step(
         "synth-corpus",
         corpus,
-        [*RAGRL, "data", "synth-corpus", "-n", str(n), "--out", str(corpus)],
+        [*RAGRL, "data", "synth-corpus", "-n", str(n), "--words", str(args.words), "--out", str(corpus)],
         work,
         record,
     )
     step(
         "index ivf-pq", ivf / "retriever.json",
-        [*RAGRL, "index", str(corpus), "--retriever", "dense", "--model", "hashing:384", "--index-type",
-         "ivf-pq", "--recall-check", "200", "--out", str(ivf)],
+        [*RAGRL, "index", str(corpus), "--retriever", "dense", *encoder, "--index-type", "ivf-pq",
+         "--recall-check", "200", "--out", str(ivf)],
         work, record,
     )  # fmt: skip
     hybrid = work / "hybrid"

@@ -109,6 +109,26 @@ def test_dense_save_load_and_dim_mismatch(minilm_dense, tmp_path):
         load_retriever(tmp_path / "dense", device="cpu")
 
 
+def test_dense_max_length_cuts_passages_and_queries_and_is_kept(minilm_dense, toy_passages, tmp_path):
+    from ragrl.retrieval.dense import DenseRetriever
+
+    short = DenseRetriever.build(toy_passages, device="cpu", show_progress=False, max_length=8)
+    assert short.params["max_length"] == 8 and "max_length" not in minilm_dense.params
+    assert short.fingerprint != minilm_dense.fingerprint  # other embeddings, another cache key
+    tokenizer = minilm_dense.encoder.tokenizer
+    long_text = next(p.contents for p in toy_passages if len(tokenizer(p.contents)["input_ids"]) > 12)
+    cut = tokenizer.decode(tokenizer(long_text)["input_ids"][1:7])  # the 6 tokens that fit beside CLS/SEP
+    (a, b) = short.encode_queries([long_text, cut])
+    assert float(a @ b) == pytest.approx(1.0, abs=1e-4)  # only the first tokens count
+    (full,) = minilm_dense.encode_queries([long_text])
+    assert float(a @ full) < 0.999  # the whole text embeds otherwise
+    short.save(tmp_path / "short")
+    loaded = load_retriever(tmp_path / "short", device="cpu")
+    assert loaded.encoder.max_seq_length == 8 and loaded.fingerprint == short.fingerprint
+    with pytest.raises(RagrlError, match="max_length must be >= 1"):
+        DenseRetriever.build(toy_passages, device="cpu", show_progress=False, max_length=0)
+
+
 def test_dense_model_must_be_local_dir(tmp_path, toy_passages):
     pytest.importorskip("faiss")
     from ragrl.retrieval.dense import DenseRetriever

@@ -128,6 +128,14 @@ def index(
             min=1,
         ),
     ] = None,
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            help="Dense: cut passages and queries to this many tokens (default: the model's own, 256 for "
+            "MiniLM); recorded in the index.",
+            min=1,
+        ),
+    ] = None,
     nprobe: Annotated[
         int | None, typer.Option(help="Dense IVF: lists a search visits (default 64).", min=1)
     ] = None,
@@ -210,6 +218,7 @@ def index(
             rerank=rerank,
             workdir=out / BUILD_FOLDER,
             shard_size=shard_size,
+            max_length=max_length,
         )
 
     if retriever is RetrieverKind.bm25:

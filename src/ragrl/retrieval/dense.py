@@ -162,8 +162,10 @@ class DenseRetriever:
         vectors: VectorFile | None = None,
         workdir: Any = None,
         train_size: int | None = None,
+        max_length: int | None = None,
     ) -> None:
         self.encoder, self.index, self.passages = encoder, index, passages
+        self.max_length = set_max_length(encoder, max_length)
         self.model = model
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.normalize, self.batch_size, self.device = normalize, batch_size, device
@@ -193,6 +195,8 @@ class DenseRetriever:
             "passage_prefix": self.passage_prefix,
             "normalize": self.normalize,
         }
+        if self.max_length is not None:  # texts cut to other lengths embed otherwise
+            params["max_length"] = self.max_length
         if self.spec != "Flat":  # an exact index keeps the fingerprint it always had
             params |= {"index": self.spec, **self.search_params}
             if self.train_size is not None:  # another training sample, other results
@@ -237,6 +241,7 @@ class DenseRetriever:
         rerank: int | None = None,
         workdir: str | Path | None = None,
         shard_size: int = 50_000,
+        max_length: int | None = None,
     ) -> DenseRetriever:
         """Encode ``passages`` shard by shard into ``workdir`` (a temporary folder when ``None``; a
         build run again on the same ``workdir`` keeps the shards it finished) and index them."""
@@ -246,6 +251,7 @@ class DenseRetriever:
         name, path = resolve_model_path(model)
         device = resolve_device(device)
         encoder = load_encoder(path, device, name)
+        max_length = set_max_length(encoder, max_length)
         temporary = None
         if workdir is None:
             temporary = tempfile.TemporaryDirectory(prefix="ragrl-dense-")
@@ -253,7 +259,7 @@ class DenseRetriever:
         folder = Path(workdir) / "shards"
         settings = {
             "model": name, "weights": encoder_signature(path), "passage_prefix": passage_prefix,
-            "normalize": normalize,
+            "normalize": normalize, **({"max_length": max_length} if max_length is not None else {}),
         }  # fmt: skip
 
         def encode_texts(texts: list[str]) -> np.ndarray:
@@ -299,6 +305,7 @@ class DenseRetriever:
             vectors=vectors,
             workdir=temporary,
             train_size=trained_on,  # its sample is part of its results
+            max_length=max_length,
         )
 
     # -- search ---------------------------------------------------------------------------------
@@ -420,7 +427,22 @@ class DenseRetriever:
             rerank=rerank if rerank is not None else params.get("rerank"),
             vectors=vectors,
             train_size=params.get("train_size"),
+            max_length=params.get("max_length"),
         )
+
+
+def set_max_length(encoder: Any, max_length: int | None) -> int | None:
+    """Cut every text the encoder embeds (passages and queries) to ``max_length`` tokens: its
+    ``max_seq_length`` (sentence-transformers'); None keeps the model's own. Returns what is in force
+    when it was set, so an index records it (the hashing encoder has no tokens: None)."""
+    if max_length is None:
+        return None
+    if max_length < 1:
+        raise RagrlError(f"max_length must be >= 1 token, got {max_length}")
+    if not hasattr(encoder, "max_seq_length"):
+        return None
+    encoder.max_seq_length = int(max_length)
+    return int(max_length)
 
 
 def encode(encoder: Any, texts: list[str], *, batch_size: int, normalize: bool) -> np.ndarray:
