@@ -103,6 +103,16 @@ def test_search_question_file_out_and_eval(built, toy_passages):
     assert metrics["mrr"] == pytest.approx(1.0)
 
 
+def test_index_dense_max_length_is_recorded(built, tmp_path):
+    pytest.importorskip("faiss")
+    out = tmp_path / "dense"
+    args = ["index", str(built / "c1.jsonl"), "--retriever", "dense", "--max-length", "16", "--device", "cpu",
+            "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "retriever.json").read_text())["params"]["max_length"] == 16
+
+
 def test_search_cache_record_replay_without_index(built, toy_passages, tmp_path):
     import shutil
 
