@@ -3,7 +3,7 @@ bounded memory, its speed and recall against exact search, and ``ragrl serve`` u
 
     .venv/bin/python benchmarks/retrieval_scale.py --passages 2000000 --workdir runs/retrieval-scale
     .venv/bin/python benchmarks/retrieval_scale.py --passages 300000 --model minilm --max-length 64 \
-        --words 30 --workdir runs/retrieval-minilm    # recall and speed with the real encoder
+        --words 30 --sweep --workdir runs/retrieval-minilm    # recall and speed with the real encoder
 
 Every step runs the real command in its own process and records its wall time and peak RSS (the
 kernel's ``ru_maxrss`` of that process, from ``os.wait4``):
@@ -109,6 +109,56 @@ def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
     return out
 
 
+SWEEP = [
+    ("IVF-PQ", {"nprobe": 64, "rerank": 10}), ("IVF-PQ", {"nprobe": 128, "rerank": 10}),
+    ("IVF-PQ", {"nprobe": 256, "rerank": 10}), ("IVF-PQ", {"nprobe": 256, "rerank": 20}),
+    ("IVF-PQ", {"nprobe": 512, "rerank": 20}), ("IVF-PQ", {"nprobe": 1024, "rerank": 20}),
+    ("HNSW32", {"ef_search": 64}), ("HNSW32", {"ef_search": 128}), ("HNSW32", {"ef_search": 256}),
+    ("HNSW32", {"ef_search": 320}), ("HNSW32", {"ef_search": 384}), ("HNSW32", {"ef_search": 512}),
+]  # fmt: skip
+"""The settings ``--sweep`` measures on the built index's vectors (the first IVF-PQ row is its default)."""
+
+
+def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
+    """Recall@10 against exact search and queries/s at ``batch`` of the IVF-PQ index at other search
+    settings, and of an HNSW32 index built from the same vectors (``vectors.f32``: nothing is encoded
+    again), both searched through ``DenseRetriever.search_vectors``; flat is measured in the same run."""
+    import faiss
+
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.retrieval.dense import DenseRetriever
+
+    base = load_retriever(index_dir, device="cpu")
+    emb = base.encode_queries(probe_queries(base.passages, n_queries))
+    flat, hnsw = (
+        faiss.IndexFlatIP(base.dim),
+        faiss.index_factory(base.dim, "HNSW32", faiss.METRIC_INNER_PRODUCT),
+    )
+    for _, block in base.vectors.blocks():
+        flat.add(np.ascontiguousarray(block))
+        hnsw.add(np.ascontiguousarray(block))
+
+    def timed(search: Any) -> tuple[list[list[int]], float]:
+        search(emb[:batch])  # warm-up
+        t0 = time.perf_counter()
+        found = [ids for s in range(0, n_queries, batch) for ids in search(emb[s : s + batch])]
+        return found, n_queries / (time.perf_counter() - t0)
+
+    exact, flat_qps = timed(lambda e: flat.search(e, 10)[1].tolist())
+    rows = []
+    for kind, settings in SWEEP:
+        if kind == "IVF-PQ":
+            r = load_retriever(index_dir, device="cpu", **settings)
+        else:
+            r = DenseRetriever(base.encoder, hnsw, base.passages, model=base.model, spec="HNSW32",
+                               max_length=base.max_length, **settings)  # fmt: skip
+        found, qps = timed(lambda e, r=r: [[i for i, _ in row] for row in r.search_vectors(e, 10)])
+        recall = statistics.mean(len(set(a) & set(b)) / 10 for a, b in zip(found, exact, strict=True))
+        rows.append({"index": kind, **settings, "recall@10": round(recall, 3), "qps": round(qps),
+                     "ratio": round(qps / flat_qps, 1), "flat_qps": round(flat_qps)})  # fmt: skip
+    return rows
+
+
 def rss_mb(pid: int) -> dict[str, int]:
     """The process's resident set now and at its peak (``/proc/PID/status``), in MB."""
     fields = {}
@@ -205,6 +255,11 @@ def main() -> None:
     )
     ap.add_argument("--max-length", type=int, default=None, help="tokens a passage and a query are cut to")
     ap.add_argument("--words", type=int, default=100, help="words a synthetic passage, on average")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also recall and speed at other settings, and HNSW32 (the same vectors)",
+    )
     ap.add_argument("--queries", type=int, default=320)
     ap.add_argument("--clients", type=int, default=20)
     args = ap.parse_args()
@@ -253,6 +308,9 @@ def main() -> None:
         print(f"{name} ...", flush=True)
         record[name] = serve(index_dir, queries, args.clients, 20, 8)
         print(record[name], flush=True)
+    if args.sweep:
+        print("sweep ...", flush=True)
+        record["sweep"] = sweep(ivf, args.queries, 32)
     record["bytes a passage"] = sizes(ivf, n)
     record["recall check"] = json.loads((ivf / "recall.json").read_text())
     record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -282,6 +340,16 @@ def main() -> None:
     lines += [f"| {k} | {v:,} |" for k, v in record["bytes a passage"].items()]
     lines += ["", "| 21M passages, e5-base (768-d) | projected GB |", "|---|---|"]
     lines += [f"| {name} | {b / 1e9:,.1f} |" for name, b in projection()]
+    if args.sweep:
+        lines += [
+            "",
+            "| index, settings | recall@10 | queries/s | ÷ flat (flat's queries/s) |",
+            "|---|---|---|---|",
+        ]
+        for r in record["sweep"]:
+            settings = ", ".join(f"{k} {r[k]}" for k in ("nprobe", "rerank", "ef_search") if k in r)
+            ratio = f"{r['ratio']}× ({r['flat_qps']})"
+            lines += [f"| {r['index']} {settings} | {r['recall@10']} | {r['qps']:,} | {ratio} |"]
     print("\n".join(lines))
     print(f"IVF-PQ ÷ flat queries/s at batch 32: {sp['ratio']}")
     if tmp is not None:
