@@ -228,3 +228,27 @@ def test_the_tool_returns_what_ragrl_search_returns(world_dir, tmp_path):  # noq
         assert all(h.passage.title in response.text for h in hits)
     empty, _, _ = asyncio.run(tool.execute("x", {"query": "  "}))
     assert "non-empty query" in empty.text
+
+
+def test_an_aborted_reply_and_unsynced_steps(setup):  # noqa: ANN001
+    from ragrl.integrations.verl_agent import ServerBackend
+
+    backend, _ = setup
+
+    class Aborting(TransformersServer):
+        async def generate(self, request_id: str, **kw: object):  # noqa: ANN202
+            out = await super().generate(request_id, **kw)
+            fields = {"min_global_steps": None, "max_global_steps": None}  # no weights synced yet
+            return out.model_copy(
+                update={"stop_reason": "aborted", "log_probs": None, "extra_fields": fields}
+            )
+
+    server = ServerBackend(Aborting(backend), backend.tokenizer, GREEDY, None, "r")
+    prompt = backend.tokenizer.encode("Question: who?", add_special_tokens=False)
+    g = asyncio.run(server._one(prompt, SamplingParams(max_new_tokens=8, stop=("</search>",))))
+    assert g.finish_reason == "length" and server.aborted  # the turn ends as cut
+    assert server.with_logprobs  # an aborted reply never has log-probs: the episode's others still count
+    assert "min_global_steps" not in server.extra_fields
+    server._keep({"min_global_steps": 2, "max_global_steps": 2, "num_cached_tokens": 7})
+    server._keep({"min_global_steps": 5, "max_global_steps": 5})
+    assert server.extra_fields == {"min_global_steps": 2, "max_global_steps": 5}

@@ -3,8 +3,10 @@ documents and scores (float32), for every BM25 variant; so its searches are bm25
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import shutil
 from pathlib import Path
 
 import bm25s
@@ -105,12 +107,36 @@ def test_score_arrays_fill_files_not_memory(tmp_path):
 
 
 def test_no_room_for_the_arrays_is_an_error_not_a_crash(tmp_path, monkeypatch):
-    def full(fd, offset, length):
-        raise OSError(28, "No space left on device")
+    def fallocate_failing(code):  # noqa: ANN202
+        def fallocate(fd, offset, length):  # noqa: ANN202
+            raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(os, "posix_fallocate", full)
+        return fallocate
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate_failing(errno.ENOSPC))
     with pytest.raises(RagrlError, match=r"no room for BM25's score arrays .*No space left on device"):
         disk_arrays(tmp_path, {"data": (np.float32, 1000)})
+    assert not any(tmp_path.iterdir())
+    # a file system that cannot reserve blocks fills them as it goes: the build goes on
+    monkeypatch.setattr(os, "posix_fallocate", fallocate_failing(errno.EOPNOTSUPP))
+    folder, arrays = disk_arrays(tmp_path, {"data": (np.float32, 1000)})
+    assert arrays["data"].shape == (1000,)
+    del arrays
+    shutil.rmtree(folder)
+
+
+def test_an_interrupted_build_leaves_no_score_files(tmp_path):
+    chunks = []
+
+    def stop_in_pass_three() -> None:
+        chunks.append(1)
+        if len(chunks) > 5:  # 5 chunks of 500 counted; the first chunk of pass 3 is scored
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_in_chunks(PASSAGES, bm25s.BM25(), stopwords="en", stemmer=_make_stemmer(True), chunk=500,
+                        workdir=tmp_path, on_chunk=stop_in_pass_three)  # fmt: skip
+    gc.collect()
     assert not any(tmp_path.iterdir())
 
 

@@ -127,6 +127,8 @@ def test_dense_max_length_cuts_passages_and_queries_and_is_kept(minilm_dense, to
     assert loaded.encoder.max_seq_length == 8 and loaded.fingerprint == short.fingerprint
     with pytest.raises(RagrlError, match="max_length must be >= 1"):
         DenseRetriever.build(toy_passages, device="cpu", show_progress=False, max_length=0)
+    with pytest.raises(RagrlError, match="max_length 1024 is more than the encoder's 512 positions"):
+        DenseRetriever.build(toy_passages, device="cpu", show_progress=False, max_length=1024)
 
 
 def test_dense_model_must_be_local_dir(tmp_path, toy_passages):

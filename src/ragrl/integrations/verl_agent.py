@@ -63,6 +63,7 @@ from ragrl.rollout.trajectory import Action
 _LOCK = threading.Lock()
 _METHODS: dict[tuple[str, tuple[str, ...]], Method] = {}
 _RETRIEVERS: dict[tuple[str | None, str | None], Retriever] = {}
+_EOS: dict[str, frozenset[int]] = {}
 
 
 def agent_method(name: str, overrides: Sequence[str] = ()) -> Method:
@@ -88,6 +89,17 @@ def agent_retriever(index: str | None = None, url: str | None = None) -> Retriev
         if (index, url) not in _RETRIEVERS:
             _RETRIEVERS[(index, url)] = load_retriever(index) if index else HttpRetriever(str(url))
         return _RETRIEVERS[(index, url)]
+
+
+def _eos_ids(model_path: Any, tokenizer: Any) -> frozenset[int]:
+    """The model's EOS ids (its tokenizer's and its generation config's), read once per model: verl
+    builds an agent loop for every row. A model path that is not a local folder (a hub id) gives the
+    generation config only if it is cached on this node."""
+    key = str(model_path or getattr(tokenizer, "name_or_path", ""))
+    with _LOCK:
+        if key not in _EOS:
+            _EOS[key] = model_eos_ids(key, tokenizer)
+        return _EOS[key]
 
 
 EXECUTOR = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="ragrl-agent-loop")
@@ -123,8 +135,8 @@ class ServerBackend:
         """False once a reply came without log-probs (verl's ``calculate_log_probs`` off)."""
         self.aborted = False
         self.extra_fields: dict[str, Any] = {}
-        """What the servers' replies carried (the steps of the weights they sampled with, kept as the
-        min and max over the episode's requests)."""
+        """The steps of the weights the servers sampled the episode with (``min_global_steps``,
+        ``max_global_steps`` over its requests); a reply's other fields describe that request only."""
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         calls = [asyncio.run_coroutine_threadsafe(self._one(list(p), params), self.loop) for p in prompts]
@@ -148,7 +160,7 @@ class ServerBackend:
             request_id=self.request_id, prompt_ids=prompt, sampling_params=sampling
         )
         self._keep(out.extra_fields or {})
-        if out.log_probs is None:
+        if out.log_probs is None and out.stop_reason != "aborted":  # an aborted reply never has them
             self.with_logprobs = False
         generation = self.generation(list(out.token_ids), out.log_probs, params)
         if out.stop_reason == "aborted":  # the server gave up on it (a weight update): cut here
@@ -157,13 +169,10 @@ class ServerBackend:
         return generation
 
     def _keep(self, fields: dict[str, Any]) -> None:
-        for key, value in fields.items():
-            if key == "min_global_steps" and key in self.extra_fields:
-                self.extra_fields[key] = min(self.extra_fields[key], value)
-            elif key == "max_global_steps" and key in self.extra_fields:
-                self.extra_fields[key] = max(self.extra_fields[key], value)
-            else:
-                self.extra_fields[key] = value
+        for key, pick in (("min_global_steps", min), ("max_global_steps", max)):
+            value, kept = fields.get(key), self.extra_fields.get(key)
+            if value is not None:  # None until the server's weights were synced with a step
+                self.extra_fields[key] = value if kept is None else pick(kept, value)
 
     def generation(self, ids: list[int], logprobs: list[float] | None, params: SamplingParams) -> Generation:
         """What the server's tokens are to ragrl (verl's reply says only "completed"): ended by a stop
@@ -213,8 +222,7 @@ class RagrlAgentLoop(AgentLoopBase):
                 "the ragrl agent loop stops each turn at the protocol's stop strings, which a rollout server "
                 "without its tokenizer cannot match: set actor_rollout_ref.rollout.skip_tokenizer_init=False"
             )
-        model_path = self.config.actor_rollout_ref.model.get("path")
-        self.eos_ids = model_eos_ids(str(model_path), self.tokenizer) if model_path else frozenset()
+        self.eos_ids = _eos_ids(self.config.actor_rollout_ref.model.get("path"), self.tokenizer)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         extra_info = kwargs.get("extra_info")

@@ -25,6 +25,7 @@ through memory), and they are removed when the arrays are no longer used.
 from __future__ import annotations
 
 import copy
+import errno
 import mmap
 import os
 import shutil
@@ -183,20 +184,35 @@ def disk_arrays(
     space reserved on disk (a full disk is an error here, not a crash while they fill), mapped for
     writing."""
     folder = Path(tempfile.mkdtemp(prefix="ragrl-bm25-scores-", dir=workdir))
+    size = sum(np.dtype(d).itemsize * k for d, k in specs.values())
     arrays = {}
-    for name, (dtype, n) in specs.items():
-        path = folder / f"{name}.npy"
-        arrays[name] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
-        try:
-            with path.open("r+b") as f:
-                os.posix_fallocate(f.fileno(), 0, path.stat().st_size)
-        except OSError as e:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise RagrlError(
-                f"{folder}: no room for BM25's score arrays ({n:,} pairs, "
-                f"{sum(np.dtype(d).itemsize * k for d, k in specs.values()):,} bytes): {e.strerror}"
-            ) from None
+    try:
+        for name, (dtype, n) in specs.items():
+            path = folder / f"{name}.npy"
+            arrays[name] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n,))
+            _reserve(path)
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise RagrlError(
+            f"{folder}: {'no room for' if full else 'could not write'} BM25's score arrays "
+            f"({size:,} bytes): {e.strerror or e}"
+        ) from None
     return folder, arrays
+
+
+def _reserve(path: Path) -> None:
+    """Allocate the file's blocks now, where the platform can (a file system without it, or a platform
+    without ``posix_fallocate``, fills it as it goes)."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None:
+        return
+    with path.open("r+b") as f:
+        try:
+            fallocate(f.fileno(), 0, path.stat().st_size)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
 
 
 def seal(folder: Path, arrays: dict[str, np.memmap]) -> dict[str, np.ndarray]:
@@ -257,8 +273,6 @@ def _scores(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Pass 3: every (document, term) score in compressed-column order (a term's documents ascending),
     written chunk by chunk into ``.npy`` files mapped from ``workdir``."""
-    from bm25s.scoring import _select_tfc_scorer
-
     vocab_size = len(df)
     indptr = np.zeros(vocab_size + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1:])
@@ -271,7 +285,30 @@ def _scores(
         )
         data, indices = arrays["data"], arrays["indices"]
     else:  # every passage empty: nothing to map
+        arrays = {}
         data, indices = np.empty(0, dtype=model.dtype), np.empty(0, dtype=model.int_dtype)
+    try:
+        _fill(files, model, lengths, avg, idf, nonoccurrence, on_chunk, indptr, data, indices)
+    except BaseException:  # a failed or interrupted build leaves no full-size files behind
+        del data, indices, arrays
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if folder is not None:
+        sealed = seal(folder, {"data": data, "indices": indices})
+        data, indices = sealed["data"], sealed["indices"]
+    return data, indices, indptr.astype(int_dtype)
+
+
+def _fill(
+    files: list[Path], model: bm25s.BM25, lengths: np.ndarray, avg: float, idf: np.ndarray,
+    nonoccurrence: np.ndarray | None, on_chunk: Callable[[], None] | None, indptr: np.ndarray,
+    data: np.ndarray, indices: np.ndarray,
+) -> None:  # fmt: skip
+    """Each chunk's scores into their places in ``data`` / ``indices``, then handed back to the kernel."""
+    from bm25s.scoring import _select_tfc_scorer
+
+    vocab_size = len(indptr) - 1
     position = indptr[:-1].copy()
     tfc = _select_tfc_scorer(model.method)
     for path in files:
@@ -299,7 +336,3 @@ def _scores(
         give_back(data, indices)
         if on_chunk is not None:
             on_chunk()
-    if folder is not None:
-        sealed = seal(folder, {"data": data, "indices": indices})
-        data, indices = sealed["data"], sealed["indices"]
-    return data, indices, indptr.astype(int_dtype)

@@ -441,6 +441,12 @@ def set_max_length(encoder: Any, max_length: int | None) -> int | None:
         raise RagrlError(f"max_length must be >= 1 token, got {max_length}")
     if not hasattr(encoder, "max_seq_length"):
         return None
+    try:  # the model's positions (a sentence-transformers model's first module is the transformer)
+        limit = encoder[0].auto_model.config.max_position_embeddings
+    except (AttributeError, IndexError, TypeError):
+        limit = None
+    if isinstance(limit, int) and max_length > limit:
+        raise RagrlError(f"max_length {max_length} is more than the encoder's {limit} positions")
     encoder.max_seq_length = int(max_length)
     return int(max_length)
 
