@@ -77,6 +77,23 @@ def step(name: str, done: Path, command: list[str], workdir: Path, record: dict[
     print(f"{name}: {record[name]}", flush=True)
 
 
+def timed(search: Any, emb: np.ndarray, batch: int) -> tuple[list[list[int]], float]:
+    """``search`` over ``emb`` a batch at a time, after one warm-up batch: the ids found, queries/s."""
+    search(emb[:batch])
+    t0 = time.perf_counter()
+    found = [ids for s in range(0, len(emb), batch) for ids in search(emb[s : s + batch])]
+    return found, len(emb) / (time.perf_counter() - t0)
+
+
+def recall_at_10(found: list[list[int]], exact: list[list[int]]) -> float:
+    return statistics.mean(len(set(a) & set(e)) / 10 for a, e in zip(found, exact, strict=True))
+
+
+def ids_of(retriever: Any) -> Any:
+    """A search over query embeddings through ``retriever.search_vectors``: its top 10 ids."""
+    return lambda e: [[i for i, _ in row] for row in retriever.search_vectors(e, 10)]
+
+
 def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
     """Queries/s at ``batch`` of the index and of an exact flat index over its vectors; recall@10."""
     import faiss
@@ -90,20 +107,10 @@ def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
         flat.add(np.ascontiguousarray(block))
     out: dict[str, Any] = {"queries": n_queries, "batch": batch, "threads": faiss.omp_get_max_threads()}
     found: dict[str, list[list[int]]] = {}
-    for name, search in (
-        ("ivf_pq", lambda e: [[i for i, _ in r] for r in dense.search_vectors(e, 10)]),
-        ("flat", lambda e: flat.search(e, 10)[1].tolist()),
-    ):
-        search(emb[:batch])  # warm-up
-        t0 = time.perf_counter()
-        found[name] = [ids for s in range(0, n_queries, batch) for ids in search(emb[s : s + batch])]
-        out[f"{name}_qps"] = round(n_queries / (time.perf_counter() - t0), 1)
-    out["recall@10"] = round(
-        statistics.mean(
-            len(set(a) & set(e)) / 10 for a, e in zip(found["ivf_pq"], found["flat"], strict=True)
-        ),
-        4,
-    )
+    for name, search in (("ivf_pq", ids_of(dense)), ("flat", lambda e: flat.search(e, 10)[1].tolist())):
+        found[name], qps = timed(search, emb, batch)
+        out[f"{name}_qps"] = round(qps, 1)
+    out["recall@10"] = round(recall_at_10(found["ivf_pq"], found["flat"]), 4)
     out["ratio"] = round(out["ivf_pq_qps"] / out["flat_qps"], 1)
     out["flat_index_mb"] = round(flat.ntotal * dense.dim * 4 / 2**20)
     return out
@@ -138,13 +145,7 @@ def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
         flat.add(np.ascontiguousarray(block))
         hnsw.add(np.ascontiguousarray(block))
 
-    def timed(search: Any) -> tuple[list[list[int]], float]:
-        search(emb[:batch])  # warm-up
-        t0 = time.perf_counter()
-        found = [ids for s in range(0, n_queries, batch) for ids in search(emb[s : s + batch])]
-        return found, n_queries / (time.perf_counter() - t0)
-
-    exact, flat_qps = timed(lambda e: flat.search(e, 10)[1].tolist())
+    exact, flat_qps = timed(lambda e: flat.search(e, 10)[1].tolist(), emb, batch)
     rows = []
     for kind, settings in SWEEP:
         if kind == "IVF-PQ":
@@ -152,8 +153,8 @@ def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
         else:
             r = DenseRetriever(base.encoder, hnsw, base.passages, model=base.model, spec="HNSW32",
                                max_length=base.max_length, **settings)  # fmt: skip
-        found, qps = timed(lambda e, r=r: [[i for i, _ in row] for row in r.search_vectors(e, 10)])
-        recall = statistics.mean(len(set(a) & set(b)) / 10 for a, b in zip(found, exact, strict=True))
+        found, qps = timed(ids_of(r), emb, batch)
+        recall = recall_at_10(found, exact)
         rows.append({"index": kind, **settings, "recall@10": round(recall, 3), "qps": round(qps),
                      "ratio": round(qps / flat_qps, 1), "flat_qps": round(flat_qps)})  # fmt: skip
     return rows

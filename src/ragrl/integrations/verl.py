@@ -62,24 +62,30 @@ _METHODS: dict[tuple[str, tuple[str, ...]], Method] = {}
 _LOCK = threading.Lock()  # verl's reward loop calls compute_score from many threads at once
 
 
-def _method(name: str, overrides: tuple[str, ...]) -> Method:
-    """The method, loaded once per (name, overrides), checked for what text can carry."""
+def loaded_method(name: str, overrides: Sequence[str] = ()) -> Method:
+    """The method, loaded once per process and (name, overrides), under a lock (verl calls from many
+    threads)."""
+    key = (str(name), tuple(str(o) for o in overrides))
     with _LOCK:
-        key = (name, overrides)
         if key not in _METHODS:
-            m = load_method(name, list(overrides))
-            if type(m.protocol).replay is not Protocol.replay or m.rollout.kind != "multi_turn":
-                raise RagrlError(
-                    f"{name}: its episodes carry more than text (its own replay or a {m.rollout.kind!r} "
-                    "rollout), which verl's decoded responses cannot give back; not on verl yet"
-                )
-            if m.protocol.prefill:
-                raise RagrlError(
-                    f"{name}: its protocol prefills the answer with {m.protocol.prefill!r}, which verl's "
-                    "prompt would not hold; not on verl yet"
-                )
-            _METHODS[key] = m
+            _METHODS[key] = load_method(key[0], list(key[1]))
         return _METHODS[key]
+
+
+def _method(name: str, overrides: tuple[str, ...]) -> Method:
+    """The method, loaded once, checked for what text can carry."""
+    m = loaded_method(name, overrides)
+    if type(m.protocol).replay is not Protocol.replay or m.rollout.kind != "multi_turn":
+        raise RagrlError(
+            f"{name}: its episodes carry more than text (its own replay or a {m.rollout.kind!r} "
+            "rollout), which verl's decoded responses cannot give back; not on verl yet"
+        )
+    if m.protocol.prefill:
+        raise RagrlError(
+            f"{name}: its protocol prefills the answer with {m.protocol.prefill!r}, which verl's "
+            "prompt would not hold; not on verl yet"
+        )
+    return m
 
 
 def _example(ground_truth: Any, extra_info: Any, row: int) -> Example:
@@ -215,7 +221,7 @@ def verl_rows(
     ``Example`` for ``compute_score`` and the agent loop) and, when given, ``agent_name`` (the agent
     loop verl plays the row with: ``ragrl_agent`` for ``ragrl.integrations.verl_agent``)."""
     # scored from text by compute_score: only what text carries; played by ragrl's agent loop: any method
-    m = _method(method, tuple(overrides)) if agent_name is None else load_method(method, list(overrides))
+    m = _method(method, tuple(overrides)) if agent_name is None else loaded_method(method, overrides)
     rows = []
     for i, ex in enumerate(m.prepare_examples(list(examples), "verl rows")):
         rows.append(

@@ -52,43 +52,43 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from ragrl.config import Method
 from ragrl.errors import RagrlError
-from ragrl.integrations.verl import _example
+from ragrl.integrations.verl import _example, loaded_method
 from ragrl.llm.backend import Generation, SamplingParams, model_eos_ids
-from ragrl.methods import load_method
 from ragrl.retrieval.base import Retriever, load_retriever
 from ragrl.retrieval.http import HttpRetriever
 from ragrl.rewards import RewardContext
 from ragrl.rollout.trajectory import Action
 
 _LOCK = threading.Lock()
-_METHODS: dict[tuple[str, tuple[str, ...]], Method] = {}
-_RETRIEVERS: dict[tuple[str | None, str | None], Retriever] = {}
-_EOS: dict[str, frozenset[int]] = {}
+_OPENED: dict[tuple[Any, ...], Any] = {}
+
+
+def _once(key: tuple[Any, ...], make: Any) -> Any:
+    """``make()``, once per process and key: verl builds an agent loop for every row."""
+    with _LOCK:
+        if key not in _OPENED:
+            _OPENED[key] = make()
+        return _OPENED[key]
 
 
 def agent_method(name: str, overrides: Sequence[str] = ()) -> Method:
     """The method, loaded once per process and (name, overrides); a rollout verl cannot hold refused."""
-    key = (str(name), tuple(str(o) for o in overrides))
-    with _LOCK:
-        if key not in _METHODS:
-            method = load_method(key[0], list(key[1]))
-            if method.rollout.kind != "multi_turn":
-                raise RagrlError(
-                    f"{name}: rollout.kind {method.rollout.kind!r} makes several samples of one episode; "
-                    "verl's agent loop returns one sequence a row (only multi_turn is played)"
-                )
-            _METHODS[key] = method
-        return _METHODS[key]
+    method = loaded_method(name, overrides)
+    if method.rollout.kind != "multi_turn":
+        raise RagrlError(
+            f"{name}: rollout.kind {method.rollout.kind!r} makes several samples of one episode; "
+            "verl's agent loop returns one sequence a row (only multi_turn is played)"
+        )
+    return method
 
 
 def agent_retriever(index: str | None = None, url: str | None = None) -> Retriever:
     """A ragrl index directory or a ``ragrl serve`` URL, opened once per process."""
     if (index is None) == (url is None):
         raise RagrlError("the ragrl agent loop and tool need exactly one of index (a directory) or url")
-    with _LOCK:
-        if (index, url) not in _RETRIEVERS:
-            _RETRIEVERS[(index, url)] = load_retriever(index) if index else HttpRetriever(str(url))
-        return _RETRIEVERS[(index, url)]
+    return _once(
+        ("retriever", index, url), lambda: load_retriever(index) if index else HttpRetriever(str(url))
+    )
 
 
 def _eos_ids(model_path: Any, tokenizer: Any) -> frozenset[int]:
@@ -96,10 +96,7 @@ def _eos_ids(model_path: Any, tokenizer: Any) -> frozenset[int]:
     builds an agent loop for every row. A model path that is not a local folder (a hub id) gives the
     generation config only if it is cached on this node."""
     key = str(model_path or getattr(tokenizer, "name_or_path", ""))
-    with _LOCK:
-        if key not in _EOS:
-            _EOS[key] = model_eos_ids(key, tokenizer)
-        return _EOS[key]
+    return _once(("eos", key), lambda: model_eos_ids(key, tokenizer))
 
 
 EXECUTOR = ThreadPoolExecutor(max_workers=1024, thread_name_prefix="ragrl-agent-loop")
@@ -293,7 +290,7 @@ class RagrlSearchTool(BaseTool):
         super().__init__(config, schema)
         self.retriever = agent_retriever(config.get("index"), config.get("url"))
         self.topk = int(config.get("topk", 3))
-        self.protocol = load_method(
+        self.protocol = loaded_method(
             config.get("method", "search_r1"), list(config.get("overrides", []))
         ).protocol
 
