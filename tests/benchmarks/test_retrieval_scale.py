@@ -1,5 +1,6 @@
 """``benchmarks/retrieval_scale.py`` at toy scale: every step runs (the corpus, the IVF-PQ, BM25 and
-hybrid builds, the speed comparison, two servers under concurrent clients) and its table is printed."""
+hybrid builds, the speed comparison and its sweep of settings, two servers under concurrent clients)
+and its table is printed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def test_the_scale_benchmark_runs_every_step_at_toy_scale(tmp_path):
     pytest.importorskip("uvicorn")
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "retrieval_scale.py"), "--passages", "3000",
-         "--queries", "64", "--clients", "3", "--bm25", "--workdir", str(tmp_path)],
+         "--queries", "64", "--clients", "3", "--bm25", "--sweep", "--workdir", str(tmp_path)],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -29,4 +30,6 @@ def test_the_scale_benchmark_runs_every_step_at_toy_scale(tmp_path):
     for name in ("serve ivf-pq", "serve bm25 + ivf-pq (hybrid)"):
         assert record[name]["errors"] == 0 and record[name]["requests"] == 60
     assert record["speed"]["ivf_pq_qps"] > 0 and 0 < record["speed"]["recall@10"] <= 1
+    assert [r["index"] for r in record["sweep"]] == ["IVF-PQ"] * 6 + ["HNSW32"] * 6
+    assert all(0 < r["recall@10"] <= 1 and r["qps"] > 0 for r in record["sweep"])
     assert done.stdout.splitlines()[-1].startswith("IVF-PQ ÷ flat queries/s at batch 32: ")
