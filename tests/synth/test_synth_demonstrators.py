@@ -173,6 +173,44 @@ def test_quoting_oracle_quotes_only_what_it_retrieved(setup, play):
     assert copied / quotes >= 0.75, (copied, quotes)
 
 
+def test_quoting_oracle_reads_given_passages_as_it_reads_search_results(setup, play):
+    """``read_given`` reads each hop's own given passage from its start through the sentence the oracle
+    quotes after searching that hop (the same rule): a prefix of the passage, ending in that quote."""
+    world, _ = setup
+    test = [ex for ex in world.splits["test"] if supporting_titles(ex)]
+    same = hops = 0
+    for ex, t in zip(test, play(QuotingOracle(), test), strict=True):
+        quotes = QuotingOracle.read_given(ex)
+        assert [q.title for q in quotes] == supporting_titles(ex)
+        for q in quotes:  # the hop's own (supporting) passage, numbered as given, read from its start
+            passage = ex.passages[q.index - 1]
+            assert passage.title == q.title and passage.id in ex.supporting_ids
+            assert passage.text.startswith(q.quote) and q.quote.endswith(".")
+        searched = re.findall(r"<think> (.*?) </think>", t.policy_text)[1:]
+        hops += len(quotes)
+        same += sum(q.quote.endswith(f"{s}.") for q, s in zip(quotes, searched, strict=False))
+    # the search ranks the hop's passage first, so both read the same sentence wherever the search
+    # found it (measured: 204 of 213 hops on seed 0)
+    assert same / hops >= 0.9, (same, hops)
+
+
+def test_reading_given_passages_at_the_edges():
+    """A question without supporting passages reads nothing; a hop's passage is chosen by its supporting
+    id, not by its title (a distractor may share it); without an answer the year rule decides; a quote
+    keeps its own full stop, whatever it is."""
+    from ragrl.data.schema import Example, Passage
+
+    unanswerable = Example("u", "Where?", ["unknown"], supporting_ids=[], passages=[Passage("a", "A", "x.")])
+    assert QuotingOracle.read_given(unanswerable) == []
+    passages = [
+        Passage("d", "Kora", "Kora is a river!"),  # a distractor with the hop's title
+        Passage("k", "Kora", "Kora is a city. It was founded in 1820! It is old."),
+    ]
+    ex = Example("q", "When was Kora founded?", [], supporting_ids=["k"], passages=passages)
+    (quote,) = QuotingOracle.read_given(ex)
+    assert (quote.title, quote.index, quote.quote) == ("Kora", 2, "Kora is a city. It was founded in 1820!")
+
+
 def test_heuristic_never_reads_gold(setup, play):
     world, _ = setup
     heuristic = HeuristicDemonstrator.from_world(world)

@@ -340,3 +340,29 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
     weights.write_bytes(bytes(data))
     bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "y"), "--base", str(tampered), *sets(*TINY)])
     assert bad.exit_code != 0 and "model.safetensors: sha256" in str(bad.exception)
+
+
+def test_arena_speaks_the_quoting_oracle_over_its_given_passages(world_dir, tmp_path):
+    """``ragrl sft arena-tiny --demos quote``: one reply per question, each naming every hop's entity
+    with its passage's number, in ARENA's grammar, with the gold answer."""
+    from ragrl.data.io import read_examples
+    from ragrl.methods.arena.protocol import first_content
+    from ragrl.rollout.records import read_trajectories
+    from ragrl.synth.demonstrators import supporting_titles
+
+    tiny = [s for s in TINY if not s.startswith("rollout.")]  # ARENA replies once (max_turns 1)
+    paths = (f"train.model.path={world_dir / 'model'}", f"train.data.train={world_dir / 'train.jsonl'}",
+             *tiny, "rollout.max_new_tokens=256", "rollout.max_total_tokens=256")  # fmt: skip
+    args = ["sft", "arena-tiny", "--demos", "quote", "--out", str(tmp_path / "a"), *sets(*paths)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    demos = read_trajectories(tmp_path / "a" / "demonstrations.jsonl")
+    examples = {e.id: e for e in read_examples(world_dir / "train.jsonl")[0]}
+    assert demos and {t.example_id for t in demos} <= set(examples)
+    for traj in demos:
+        example = examples[traj.example_id]
+        assert [a.kind for a in traj.actions] == ["answer"] and traj.final_answer == example.answers[0]
+        analysis = first_content(traj.policy_text, "analysis")
+        number = {p.title: i for i, p in reversed(list(enumerate(example.passages, 1)))}
+        for title in supporting_titles(example):
+            assert f"{title} [{number[title]}]: " in analysis, traj.example_id

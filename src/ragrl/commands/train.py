@@ -147,7 +147,8 @@ def sft(
         typer.Option(
             help="Demonstrations: a trajectory jsonl file, 'oracle' (the method's own oracle, else the "
             "world's search oracle), 'quote' (the world's quoting oracle: entity queries, quoted evidence; "
-            "EVO-RAG's oracle speaks it in its own grammar) or 'heuristic' (the world's)."
+            "the oracles of EVO-RAG, Eval-RAR, TIRESRAG-R1 and ARENA speak it in their own grammar) or "
+            "'heuristic' (the world's)."
         ),
     ],
     world: Annotated[

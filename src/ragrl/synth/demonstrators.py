@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ragrl.data.io import read_text
-from ragrl.data.schema import Example
+from ragrl.data.schema import Example, Passage
 from ragrl.errors import RagrlError
 from ragrl.rollout.scripted import Turn
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
@@ -151,19 +152,59 @@ class QuotingOracle:
         """The evidence sentence after the last search (class docstring)."""
         t = min(len(history), len(titles))
         need = titles[t] if t < len(titles) else example.answers[0]
-        hop = titles[t - 1]
-        passages = sorted(history[-1].passages, key=lambda p: p.title != hop)  # the hop's passage first
-        sentences = [
-            s.strip().rstrip(".") for p in passages for s in _SENTENCE_END.split(p.text) if s.strip()
-        ]
-        if not sentences:
-            return "I found nothing"
-        names_need = re.compile(rf"(?<!\w){re.escape(need)}(?!\w)")  # "no" is not in "novelist"
-        for test in (names_need.search, _YEAR_RE.search):
-            found = next((s for s in sentences if test(s)), None)
-            if found:
-                return found
-        return sentences[0]
+        return evidence_sentence(history[-1].passages, titles[t - 1], need) or "I found nothing"
+
+    @staticmethod
+    def read_given(example: Example) -> list[GivenQuote]:
+        """What this oracle reads when the passages are given rather than searched: for each hop in chain
+        order, its own passage among ``example.passages`` (a supporting one with the hop's title) from
+        its start through the evidence sentence (the one it quotes after a search, by the same rule): a
+        copy of the passage as it stands, as a search result is read from its top. ``[]`` for a
+        question without supporting titles; a hop whose passage has no text is left out."""
+        titles = supporting_titles(example)
+        if not titles:
+            return []
+        needs = [*titles[1:], example.answers[0] if example.answers else ""]
+        supporting = set(example.supporting_ids or [])
+        numbered = [(i, p) for i, p in enumerate(example.passages or [], 1) if p.id in supporting]
+        out = []
+        for hop, need in zip(titles, needs, strict=True):
+            index, own = next((i, p) for i, p in numbered if p.title == hop)  # a title comes from them
+            evidence = evidence_sentence([own], hop, need)
+            if evidence is None:
+                continue
+            end = own.text.index(evidence) + len(evidence)
+            if own.text[end : end + 1] in {".", "!", "?"}:  # the sentence's own full stop
+                end += 1
+            out.append(GivenQuote(hop, index, own.text[:end]))
+        return out
+
+
+@dataclass(frozen=True)
+class GivenQuote:
+    """One hop as ``QuotingOracle.read_given`` reads it: the entity, the 1-based number of its passage
+    among the given ones, and the passage from its start through the evidence sentence."""
+
+    title: str
+    index: int
+    quote: str
+
+
+def evidence_sentence(passages: list[Passage], hop: str, need: str) -> str | None:
+    """The quoting oracle's evidence: the first sentence of ``passages`` (the one titled ``hop`` first)
+    that names ``need`` as a whole word, else one with a year, else the first; None without text."""
+    passages = sorted(passages, key=lambda p: p.title != hop)
+    sentences = [s.strip().rstrip(".") for p in passages for s in _SENTENCE_END.split(p.text) if s.strip()]
+    if not sentences:
+        return None
+    tests = [_YEAR_RE.search]
+    if need:  # without an answer to name, the year rule decides
+        tests.insert(0, re.compile(rf"(?<!\w){re.escape(need)}(?!\w)").search)  # "no" is not in "novelist"
+    for test in tests:
+        found = next((s for s in sentences if test(s)), None)
+        if found:
+            return found
+    return sentences[0]
 
 
 def _search_plan(example: Example) -> tuple[list[str], list[str], str]:

@@ -432,6 +432,35 @@ def test_oracle_demonstrator_through_the_engine(tiny_tokenizer):
     assert naive.components == {"think_answer_format": 1.0, "arena_accuracy": 1.0}
 
 
+def test_wrapped_around_the_quoting_oracle_the_analysis_names_cites_and_quotes_each_hop():
+    """``ArenaOracle.wrap(QuotingOracle())`` (the warm start from the reader base): for each hop in chain
+    order, its entity, its passage's number and the passage from its start through the evidence
+    sentence; relevance and answer unchanged, every reward earned."""
+    from ragrl.synth.demonstrators import QuotingOracle
+
+    passages = [
+        Passage("a", "Zurraes", "Zurraes is a city in Boreora. It has a port."),
+        Passage("b", "Other", "Other is a town."),
+        Passage(
+            "c", "Mertaem Breke", "Mertaem Breke is a musician. He was born in Zurraes in 1965. He sings."
+        ),
+    ]
+    ex = Example("q", "In which country was Mertaem Breke born?", ["Boreora"], supporting_ids=["c", "a"],
+                 passages=passages)  # fmt: skip
+    reply = ArenaOracle().wrap(QuotingOracle()).next_turn(ex, [])
+    assert reply == (
+        "<relevance>[1,3]</relevance>\n"
+        "<analysis>Mertaem Breke [3]: Mertaem Breke is a musician. He was born in Zurraes in 1965. "
+        "Zurraes [1]: Zurraes is a city in Boreora.</analysis>\n"
+        "<answer>Boreora</answer>"
+    )
+    assert load_method("arena").reward(traj(reply), ex).total == 13.0
+    naive = ArenaOracle("think_answer").wrap(QuotingOracle()).next_turn(ex, [])
+    assert naive.startswith("<think>Mertaem Breke [3]: Mertaem Breke is a musician. He was born")
+    with pytest.raises(RagrlError, match="has no read_given"):
+        ArenaOracle().wrap(object())
+
+
 def test_replayed_completion_is_one_turn():
     t = trajectory_from_completion("q1", GOOD + "<|eot|>", ArenaProtocol())
     assert t.final_answer == "Republican" and len(t.segments) == 1

@@ -12,6 +12,7 @@ reply, format (``think_answer_format``) plus accuracy rewards only, and the stan
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,13 +64,22 @@ class ArenaConfig:
 # -- an oracle reply (tests, warm starts) --------------------------------------------------------------------
 
 
-def oracle_reply(example: Example, output: str = "arena") -> str:
-    """The reply that earns every reward: the gold ids, a one-line analysis citing them, the first
-    gold answer (in words the tiny policy's tokenizer knows)."""
+def oracle_reply(example: Example, output: str = "arena", quotes: Sequence[Any] | None = None) -> str:
+    """The reply that earns every reward: the gold ids, an analysis citing them, the first gold answer.
+
+    The analysis is one line naming the gold passages, or, given ``quotes`` (a reader's hops, each with
+    ``title``, ``index`` and ``quote``: ``QuotingOracle.read_given``), each hop's entity, the number of
+    its passage and the quote (``Mertaem Breke [3]: Mertaem Breke is a musician. He was born in Zurraes
+    in 1965. Zurraes [7]: Zurraes is a city in Boreora.``): the claim-by-claim citing the paper's
+    analysis asks for, read the way a policy that learned to read by searching an entity and quoting
+    its passage reads (``ragrl.train.from_base``)."""
     ids = [i for i in gold_ids(example) if i > 0]
-    reasoning = (
-        f"The passages {' '.join(f'[{i}]' for i in ids)} give the answer." if ids else "No passage helps."
-    )
+    if quotes:
+        reasoning = " ".join(f"{q.title} [{q.index}]: {q.quote}" for q in quotes)
+    elif ids:
+        reasoning = f"The passages {' '.join(f'[{i}]' for i in ids)} give the answer."
+    else:
+        reasoning = "No passage helps."
     answer = example.answers[0] if example.answers else ""
     if output == "think_answer":
         return f"<think>{reasoning}</think>\n<answer>{answer}</answer>"
@@ -81,13 +91,24 @@ def oracle_reply(example: Example, output: str = "arena") -> str:
 
 
 class ArenaOracle:
-    """A ``ragrl.rollout.scripted`` demonstrator that writes ``oracle_reply``."""
+    """A ``ragrl.rollout.scripted`` demonstrator that writes ``oracle_reply``; ``wrap(reader)`` makes one
+    whose analysis quotes what ``reader.read_given(example)`` reads (``QuotingOracle``)."""
 
-    def __init__(self, output: str = "arena") -> None:
+    def __init__(self, output: str = "arena", reader: Any = None) -> None:  # noqa: ANN401
         self.output = output
+        self.reader = reader
+
+    def wrap(self, inner: Any) -> ArenaOracle:  # noqa: ANN401
+        """This oracle quoting the evidence ``inner`` reads in the given passages (``--demos quote``)."""
+        if not hasattr(inner, "read_given"):
+            raise RagrlError(
+                f"ARENA's oracle reads given passages: {type(inner).__name__} has no read_given(example)"
+            )
+        return ArenaOracle(self.output, inner)
 
     def next_turn(self, example: Example, history: list[Any]) -> str:
-        return oracle_reply(example, self.output)
+        quotes = self.reader.read_given(example) if self.reader is not None else None
+        return oracle_reply(example, self.output, quotes)
 
 
 # -- the method ----------------------------------------------------------------------------------------------
