@@ -28,7 +28,7 @@ is scored with its final policy and with the policy it keeps (best dev EM).
 
 With ``--base shipped`` (or a reader-base folder) every arm starts from the pretrained reader base
 instead of a per-seed tiny policy, with the demo's recipe, its token limits scaled for the BPE
-(``tiny_setup.base_overrides``) and the quoting oracle's warm start (``--quote``).
+(``ragrl.train.from_base.base_overrides``) and the quoting oracle's warm start (``--quote``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from ragrl.synth import generate_world
 from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
 from ragrl.train.base import collapse_check
-from ragrl.train.demo import DEFAULT_COPY_STEPS, base_settings
+from ragrl.train.demo import DEFAULT_COPY_STEPS
+from ragrl.train.from_base import base_demonstrator, base_overrides  # noqa: F401 - the comparisons' use
 from ragrl.train.reader import resolve_base  # noqa: F401 - the comparisons' --base
 
 
@@ -105,53 +106,6 @@ def world(
             data, model_dir, seed=seed, copy=CopyPretraining(steps=copy_steps), extra_texts=vocabulary_texts()
         )
     return data, index, model_dir
-
-
-BPE_SCALE = 2.0
-"""How much longer the reader base's BPE sequences may run than a word-level policy's (measured: 40%
-more tokens per text on average; 18% of the demo's oracle episodes were cut at the word-level limits,
-none at twice the turn's (96 new tokens), the demo's ``BASE_SETTINGS``)."""
-
-
-RECIPE_KEYS = ("train.sft.batch_size", "train.sft.lr", "rollout.temperature", "train.optim.lr")
-BASE_RECIPE = tuple(  # the last setting of each key wins, as in the overrides
-    {s.split("=")[0]: s for s in base_settings() if s.split("=")[0] in RECIPE_KEYS}.values()
-)
-"""The demo's warm start and GRPO settings on the base (``train.demo.base_settings``), the same for every
-arm: the measured probe with each method's own instruction prompt, its non-quoting oracle and T = 0.5,
-lr 2e-4 lost the base's reading (Search-R1 arm, seed 0: answerable EM 0.178 after a 50-step warm start,
-0.078 after 30 GRPO steps)."""
-BASE_PROMPT = next(s for s in base_settings() if s.startswith("protocol.user="))
-"""The one-line prompt the reader base was trained on (a tiny policy does not read instructions)."""
-
-
-def base_overrides(config: str, overrides: Sequence[str] = ()) -> list[str]:
-    """What a method config needs to start from the reader base: its token limits scaled by
-    ``BPE_SCALE``, the demo's recipe, and the base's one-line prompt where the method's prompt is a
-    template of the question alone."""
-    import string
-
-    method = load_method(config, list(overrides))
-    limits = [
-        f"rollout.{key}={int(getattr(method.rollout, key) * BPE_SCALE)}"
-        for key in ("max_total_tokens", "max_new_tokens", "max_obs_tokens")
-        if getattr(method.rollout, key, None)
-    ]
-    user = getattr(method.config.protocol, "user", None)
-    fields = {f for _, f, _, _ in string.Formatter().parse(user)} - {None} if isinstance(user, str) else set()
-    prompt = [BASE_PROMPT] if fields == {"question"} else []  # R²AG's also shows {evidence}: kept
-    return [*limits, *BASE_RECIPE, *prompt]
-
-
-def base_demonstrator(method: Any) -> Any:  # noqa: ANN401
-    """The warm start's demonstrator from the base: the quoting oracle the base learned to read with, in
-    the method's grammar where its oracle can wrap another demonstrator; else the method's own oracle
-    (or the quoting oracle for a method without one)."""
-    from ragrl.synth.demonstrators import QuotingOracle
-
-    if method.oracle is None:
-        return QuotingOracle()
-    return method.oracle.wrap(QuotingOracle()) if hasattr(method.oracle, "wrap") else method.oracle
 
 
 def scores(

@@ -120,6 +120,75 @@ def test_a_toy_base_is_built_validated_and_checked_on_load(toy_base):
         pretrain_reader(out, ReaderRecipe(worlds=1, protected=(0,)))
 
 
+def test_a_base_continues_in_another_grammar_and_is_validated_in_it(toy_base, tmp_path):
+    """``--init BASE --also arena-tiny``: the same worlds, the base's own tokenizer (no copy steps), the
+    ARENA demonstrations added to the search ones, and a validation score in each grammar."""
+    from ragrl.llm.checksums import file_sha256
+
+    start, _ = toy_base
+    recipe = ReaderRecipe(
+        worlds=2, protected=(0,), steps=2, batch_size=4, validation_questions=4, init=str(start),
+        also=("arena-tiny",),
+    )  # fmt: skip
+    manifest = pretrain_reader(tmp_path / "given", recipe)
+    assert manifest["seeds"] == [1000, 1001] and manifest["validation_seed"] == 1002
+    assert manifest["copy_pretraining"] is None and manifest["recipe"]["init"] == str(start)
+    assert (manifest["recipe"]["hidden"], manifest["recipe"]["copy_steps"]) == (32, 0)  # the start's shape
+    assert manifest["tokenizer_sha256"] == file_sha256(start / "tokenizer.json")
+    assert manifest["init_weights_sha256"] == file_sha256(start / "model.safetensors")
+    assert manifest["weights_sha256"] != manifest["init_weights_sha256"]
+    assert set(manifest["validation_also"]) == {"arena-tiny"}
+    assert manifest["validation_also"]["arena-tiny"]["n"] == 4
+    # one demonstration per distinct prompt and grammar: more than the search grammar alone
+    search_only = pretrain_reader(tmp_path / "search", ReaderRecipe(**{**recipe.__dict__, "also": ()}))
+    assert manifest["demonstrations"] > search_only["demonstrations"]
+    # a continuation must read the worlds its start read, and validate on one neither saw
+    with pytest.raises(RagrlError, match="a continuation must read them too"):
+        pretrain_reader(tmp_path / "fewer", ReaderRecipe(**{**recipe.__dict__, "worlds": 1}))
+
+
+def test_a_continuation_is_refused_where_it_would_not_be_fair_or_would_overwrite_its_start(
+    toy_base, tmp_path
+):
+    from ragrl.train.reader import check_continuation
+
+    start, _ = toy_base
+    recipe = ReaderRecipe(worlds=2, protected=(0,), init=str(start))
+    check_continuation(recipe, [1000, 1001], 1002, tmp_path / "new")  # the same worlds, an unseen one
+    check_continuation(recipe, [1000, 1001, 1002], 1003, tmp_path / "new")  # more worlds
+    with pytest.raises(RagrlError, match="validate on a world neither saw"):
+        check_continuation(recipe, [1000, 1001, 1002], 1001, tmp_path / "new")
+    with pytest.raises(RagrlError, match="of size 'small', this recipe 'medium'"):
+        check_continuation(
+            ReaderRecipe(**{**recipe.__dict__, "size": "medium"}), [1000, 1001], 1002, tmp_path
+        )
+    with pytest.raises(RagrlError, match="is the base it continues from"):
+        check_continuation(recipe, [1000, 1001], 1002, start)
+    with pytest.raises(RagrlError, match="not a reader base"):
+        check_continuation(
+            ReaderRecipe(**{**recipe.__dict__, "init": str(tmp_path)}), [1000], 1002, tmp_path / "x"
+        )
+    with pytest.raises(RagrlError, match="not 'scratch'"):
+        check_continuation(
+            ReaderRecipe(**{**recipe.__dict__, "init": "scratch"}), [1000], 1002, tmp_path / "x"
+        )
+    with pytest.raises(RagrlError, match="names a config twice"):
+        ReaderRecipe(also=("arena-tiny", "arena-tiny"))
+
+
+def test_a_method_starts_from_the_base_with_its_limits_scaled_and_the_base_prompt():
+    from ragrl.train.from_base import BASE_PASSAGES_SETTINGS, base_overrides, base_prompt, base_recipe
+
+    search = base_overrides("search_r1-tiny")
+    assert base_prompt() in search and set(base_recipe()) <= set(search)
+    assert "rollout.max_new_tokens=96" in search  # 48 word-level tokens, twice for the BPE
+    arena = base_overrides("arena-tiny")  # ARENA's built-in prompt shows {question} and {references}
+    assert set(BASE_PASSAGES_SETTINGS) <= set(arena) and base_prompt() not in arena
+    assert arena.index("rollout.max_new_tokens=160") > arena.index("rollout.max_new_tokens=128")  # it wins
+    r2ag = base_overrides("r2ag-tiny")  # a prompt with other fields is kept
+    assert not set(BASE_PASSAGES_SETTINGS) & set(r2ag) and base_prompt() not in r2ag
+
+
 def test_the_shipped_base_is_whole_fair_and_loads():
     """The base the demo starts from is in the package, every file matches its SHA256SUMS, its manifest
     says how it was made and that it shares no fact with the protected worlds, and it loads."""

@@ -74,6 +74,16 @@ def reader(
     copy_steps: int = typer.Option(1500, "--copy-steps", help="At most this many copy pre-training steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the SFT order."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out."),
+    also: list[str] = typer.Option(
+        [],
+        "--also",
+        help="A method config whose grammar the base also reads in (repeatable: arena-tiny).",
+    ),
+    init: str | None = typer.Option(
+        None,
+        "--init",
+        help="Continue from this reader base ('shipped' or a folder): no new tokenizer or copy steps.",
+    ),
     set_: list[str] = typer.Option([], "--set", help="Override of the reading SFT's config (k=v)."),
 ) -> None:
     """Build the pretrained reader base: a tiny policy taught to read on other synthetic worlds
@@ -86,7 +96,7 @@ def reader(
     recipe = ReaderRecipe(
         worlds=worlds, first_seed=first_seed, steps=steps, batch_size=batch_size, lr=lr, hidden=hidden,
         layers=layers, heads=heads, intermediate=3 * hidden, vocab_size=vocab_size, copy_steps=copy_steps,
-        seed=seed,
+        seed=seed, also=tuple(also), init=init,
     )  # fmt: skip
     command = "ragrl " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     manifest = pretrain_reader(out or SHIPPED_BASE, recipe, overrides=set_, force=force, command=command)
@@ -99,6 +109,8 @@ def reader(
         f"validation world {manifest['validation_seed']}: EM {v['em']:.3f}, answerable EM "
         f"{v['em_answerable']:.3f}, answerable misses {v['outcomes_answerable']}"
     )
+    for config, scores in manifest["validation_also"].items():
+        typer.echo(f"  in {config}'s grammar: answerable EM {scores['em_answerable']:.3f}")
     typer.echo(
         f"saved to: {out or SHIPPED_BASE} "
         f"({manifest['wall_seconds']} s, peak {manifest['peak_memory_mb']} MB)"

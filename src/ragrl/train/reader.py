@@ -31,13 +31,14 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.llm.checksums import file_sha256, write_checksums
+from ragrl.train.from_base import base_demonstrator, base_overrides
 
 MANIFEST = "ragrl_reader.json"
 FORMAT = "ragrl-reader/1"
@@ -66,9 +67,20 @@ class ReaderRecipe:
     lr: float = 1e-3
     seed: int = 0
     validation_questions: int = 100
+    also: tuple[str, ...] = ()
+    """Method configs whose grammar the base also learns to read in, each played by its own oracle
+    around the quoting oracle (``base_demonstrator``) with the base's prompt (``base_overrides``) over
+    the same worlds; e.g. ``("arena-tiny", "arena-naive-tiny")``, which read the passages given with a
+    question in one reply. Validated on the validation world in each grammar."""
+    init: str | None = None
+    """A reader-base folder to continue from (its tokenizer and weights, checked against its
+    ``SHA256SUMS``): no tokenizer is trained and no copy pre-training runs; ``steps`` more of reading."""
 
     def __post_init__(self) -> None:
         self.protected = tuple(int(s) for s in self.protected)
+        self.also = tuple(str(c) for c in self.also)
+        if len(set(self.also)) < len(self.also):
+            raise RagrlError(f"reader recipe: also names a config twice: {', '.join(self.also)}")
         for name in ("worlds", "steps", "batch_size", "validation_questions"):
             if getattr(self, name) < 1:
                 raise RagrlError(f"reader recipe: {name} must be >= 1, got {getattr(self, name)}")
@@ -187,6 +199,86 @@ def reader_method(world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overri
     )
 
 
+def grammar_method(
+    config: str, world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overrides: list[str]
+) -> Any:  # noqa: ANN401
+    """Method ``config`` as the base reads in it (``base_overrides``: its token limits, the base's prompt),
+    pointed at one world (``ReaderRecipe.also``). Of the reading SFT's overrides only the ``train.``
+    ones apply: the others name the demo's config."""
+    from ragrl.methods import load_method
+
+    return load_method(
+        config,
+        [
+            *base_overrides(config),
+            f"train.seed={recipe.seed}",
+            f"train.model.path={model_dir}",
+            f"train.data.train={world_dir / 'train.jsonl'}",
+            f"train.data.index={world_dir / 'bm25'}",
+            f"train.sft.world={world_dir / 'world.json'}",
+            *(o for o in overrides if o.startswith("train.")),
+        ],
+    )
+
+
+def continue_from(folder: str | Path) -> tuple[Any, Any, Path]:
+    """The model, tokenizer and folder of the reader base a recipe continues from (``ReaderRecipe.init``),
+    checked against its ``SHA256SUMS``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ragrl.llm.checksums import verify_checksums
+
+    path = init_folder(folder)
+    verify_checksums(path, rebuild="make reader-base")
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), path
+
+
+def init_folder(init: str | Path) -> Path:
+    """The reader base ``init`` names (``shipped`` or a folder with a manifest)."""
+    path = resolve_base(init)
+    if path is None:
+        raise RagrlError("reader recipe: init must name a reader-base folder or 'shipped', not 'scratch'")
+    if not (path / MANIFEST).is_file():
+        raise RagrlError(f"reader recipe: init {init}: no {MANIFEST} in {path} (not a reader base)")
+    return path
+
+
+def check_continuation(recipe: ReaderRecipe, seeds: list[int], validation_seed: int, out: Path) -> None:
+    """A continued base reads the worlds its start read (or more), at the same size, and its validation
+    world is one neither has seen: else the validation score would be read on a world learned by heart.
+    It is written elsewhere than its start."""
+    assert recipe.init is not None
+    path = init_folder(recipe.init)
+    if path.resolve() == out.resolve():
+        raise RagrlError(f"reader recipe: --out {out} is the base it continues from; choose another --out")
+    earlier = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    if not isinstance(earlier.get("seeds"), list) or "recipe" not in earlier:
+        raise RagrlError(f"reader recipe: init {recipe.init}: {MANIFEST} names no seeds or recipe")
+    size = earlier["recipe"].get("size")
+    if size != recipe.size:
+        raise RagrlError(
+            f"reader recipe: init {recipe.init} read worlds of size {size!r}, this recipe {recipe.size!r}: "
+            "the same seeds at another size are other worlds"
+        )
+    read = set(earlier["seeds"])
+    if validation_seed in read or not read <= set(seeds):
+        raise RagrlError(
+            f"reader recipe: init {recipe.init} read worlds {sorted(read)}; a continuation must read them "
+            f"too and validate on a world neither saw (this recipe reads {seeds} and validates on "
+            f"{validation_seed}): use the same --worlds and --first-seed or more"
+        )
+
+
+def recipe_of_start(recipe: ReaderRecipe, model: Any, tokenizer: Any) -> ReaderRecipe:  # noqa: ANN401
+    """The recipe a continuation records: the shape and vocabulary of the base it started from (its own
+    options for them do not apply) and no copy pre-training."""
+    c = model.config
+    return replace(
+        recipe, hidden=c.hidden_size, layers=c.num_hidden_layers, heads=c.num_attention_heads,
+        intermediate=c.intermediate_size, vocab_size=len(tokenizer), copy_steps=0,
+    )  # fmt: skip
+
+
 def pretrain_reader(
     out: str | Path,
     recipe: ReaderRecipe | None = None,
@@ -229,28 +321,39 @@ def pretrain_reader(
     # 1. the worlds, fair by construction
     console.print(f"reader: {recipe.worlds} pretraining worlds from seed {recipe.first_seed} (protected: "
                   f"{min(recipe.protected)}-{max(recipe.protected)})")  # fmt: skip
+    for config in recipe.also:  # a config that does not load fails now, not after the copy steps
+        base_overrides(config)
     chosen = choose_worlds(recipe)
     seeds = [w.seed for w in chosen.worlds]
+    if recipe.init is not None:
+        check_continuation(recipe, seeds, chosen.validation.seed, out)
 
-    # 2. the tokenizer and the model; 3. copy pre-training
-    texts = [t for w in chosen.worlds for t in world_texts(w)]
-    tokenizer = train_tokenizer([*vocabulary_texts(), *texts], kind="bpe", vocab_size=recipe.vocab_size)
-    shape = TinyConfig(
-        hidden=recipe.hidden, layers=recipe.layers, heads=recipe.heads, intermediate=recipe.intermediate
-    )
-    tokenizer.model_max_length = shape.max_position_embeddings
-    model = build_tiny_model(tokenizer, shape, seed=recipe.seed)
-    console.print(f"reader: {count_parameters(model) / 1e6:.2f}M parameters, BPE vocabulary {len(tokenizer)}")
+    # 2. the tokenizer and the model; 3. copy pre-training (or an earlier base to continue from)
     copy_report = None
-    if recipe.copy_steps:
-        copy_report = copy_pretrain(
-            model, tokenizer, CopyPretraining(steps=recipe.copy_steps), seed=recipe.seed
+    if recipe.init is not None:
+        model, tokenizer, start_dir = continue_from(recipe.init)
+        recipe = recipe_of_start(recipe, model, tokenizer)
+        console.print(f"reader: continuing from {start_dir} ({count_parameters(model) / 1e6:.2f}M)")
+    else:
+        texts = [t for w in chosen.worlds for t in world_texts(w)]
+        tokenizer = train_tokenizer([*vocabulary_texts(), *texts], kind="bpe", vocab_size=recipe.vocab_size)
+        shape = TinyConfig(
+            hidden=recipe.hidden, layers=recipe.layers, heads=recipe.heads, intermediate=recipe.intermediate
         )
-    start_dir = work / "start"
-    start_dir.mkdir(parents=True)
-    tokenizer.save_pretrained(start_dir)
-    portable_tokenizer_config(start_dir)
-    model.save_pretrained(start_dir)
+        tokenizer.model_max_length = shape.max_position_embeddings
+        model = build_tiny_model(tokenizer, shape, seed=recipe.seed)
+        console.print(
+            f"reader: {count_parameters(model) / 1e6:.2f}M parameters, BPE vocabulary {len(tokenizer)}"
+        )
+        if recipe.copy_steps:
+            copy_report = copy_pretrain(
+                model, tokenizer, CopyPretraining(steps=recipe.copy_steps), seed=recipe.seed
+            )
+        start_dir = work / "start"
+        start_dir.mkdir(parents=True)
+        tokenizer.save_pretrained(start_dir)
+        portable_tokenizer_config(start_dir)
+        model.save_pretrained(start_dir)
 
     # the validation world: the SFT's held-out curve (every quarter of the steps) and the final check
     unseen = chosen.validation
@@ -275,6 +378,12 @@ def pretrain_reader(
             method, [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
         )
         demos += demonstration_trajectories(method, tokenizer, QuotingOracle(), questions, retriever)
+        for config in recipe.also:  # the same questions in the other grammars
+            other = grammar_method(config, world_dir, start_dir, recipe, overrides)
+            examples = [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
+            questions = distinct_prompts(other, other.prepare_examples(examples, f"world {world.seed}"))
+            found = retriever if other.protocol.needs_retriever else None
+            demos += demonstration_trajectories(other, tokenizer, base_demonstrator(other), questions, found)
     assert method is not None
     console.print(f"reader: SFT, {recipe.steps} steps of {recipe.batch_size} on {len(demos)} demonstrations")
     config = method.train
@@ -295,6 +404,17 @@ def pretrain_reader(
         f"reader: validation world {unseen.seed}: EM {validation['em']:.3f}, answerable EM "
         f"{validation['em_answerable']:.3f}, outcomes {validation['outcomes_answerable']}"
     )
+    validation_also = {}
+    for config in recipe.also:
+        other = grammar_method(config, validation_dir, start_dir, recipe, overrides)
+        examples = other.prepare_examples(unseen.splits["test"], "validation")[: recipe.validation_questions]
+        found = validation_retriever if other.protocol.needs_retriever else None
+        report = evaluate(sft.backend, found, other, examples, seed=recipe.seed)
+        validation_also[config] = _held_out(report, examples)
+        console.print(
+            f"reader: validation world {unseen.seed}, {config}: answerable EM "
+            f"{validation_also[config]['em_answerable']:.3f} of {len(examples)}"
+        )
 
     built = work / "base"
     built.mkdir(parents=True)
@@ -314,10 +434,12 @@ def pretrain_reader(
         "copy_pretraining": copy_report,
         "validation": validation,
         "validation_curve_em_answerable": curve,
+        "validation_also": validation_also,
         "wall_seconds": round(time.perf_counter() - started, 1),
         "peak_memory_mb": peak_memory_mb(),
         "command": command,
         "environment": environment(),
+        "init_weights_sha256": file_sha256(start_dir / "model.safetensors") if recipe.init else None,
         "weights_sha256": file_sha256(built / "model.safetensors"),
         "tokenizer_sha256": file_sha256(built / "tokenizer.json"),
     }  # fmt: skip
