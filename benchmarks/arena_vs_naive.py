@@ -18,8 +18,11 @@ The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged 
         [--workdir DIR] [--base scratch|shipped|DIR]
 
 With ``--base shipped`` (or a reader-base folder) both methods start from the pretrained reader base
-instead of a per-seed tiny policy, with the demo's recipe and their token limits scaled for its BPE
-(``tiny_setup.base_overrides``).
+instead of a per-seed tiny policy, with the demo's recipe, their token limits scaled for its BPE and the
+base's passages-then-question prompt (``ragrl.train.from_base.base_overrides``); their oracles' replies then
+quote each hop's evidence sentence after its passage's number (``base_demonstrator``). A base that read
+in their grammar too is ``ragrl model reader --init shipped --also arena-tiny --also arena-naive-tiny``
+(docs/arena.md).
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ import statistics
 import time
 from pathlib import Path
 
-from tiny_setup import base_overrides, open_workdir, resolve_base, warm_start_then_grpo, world
+from tiny_setup import (
+    base_demonstrator,
+    base_overrides,
+    open_workdir,
+    resolve_base,
+    warm_start_then_grpo,
+    world,
+)
 
 from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
@@ -40,12 +50,13 @@ from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 METHODS = {"arena": "arena-tiny", "naive": "arena-naive-tiny"}
+VARIANT = "arena"  # ARENA's answer normalisation (arm_outcomes.py replays with it too)
 COLUMNS = ("em", "top_answer_share", "reward/arena_format", "reward/think_answer_format",
            "reward/arena_relevance", "cite/precision", "cite/recall", "bonus_rate")  # fmt: skip
 
 
 def scores(backend, method, examples) -> dict[str, float]:  # noqa: ANN001
-    report = evaluate(backend, None, method, examples, variant="arena")
+    report = evaluate(backend, None, method, examples, variant=VARIANT)
     out = {k: round(float(report.scores[k]), 3) for k in COLUMNS if k in report.scores}
     check = collapse_check(report.rows, examples)  # the collapse check: the most common answer's share
     out["top_answer_share"] = round(check["eval/top_answer_share"], 3)
@@ -58,7 +69,7 @@ def run(
     base: Path | None = None,
 ) -> dict:  # fmt: skip
     data, _, model_dir = world(workdir, seed, copy_steps, base=base)
-    limits = base_overrides(METHODS[name]) if base is not None else []
+    limits = base_overrides(METHODS[name], extra) if base is not None else []
     train, _ = attach_reference_ids(read_examples(data / "train.jsonl")[0])
     test, _ = attach_reference_ids(read_examples(data / "test.jsonl")[0])
     out = workdir / f"{name}-{seed}"
@@ -69,7 +80,8 @@ def run(
          f"train.sft.world={data / 'world.json'}", *extra],  # the names train.sft.name_swap swaps
     )  # fmt: skip
     t0 = time.perf_counter()
-    grpo = warm_start_then_grpo(method, method.oracle, train, None, out)
+    demonstrator = base_demonstrator(method) if base is not None else method.oracle
+    grpo = warm_start_then_grpo(method, demonstrator, train, None, out)
     before = scores(grpo.backend, method, test)
     grpo.train()
     after = scores(grpo.backend, method, test)
