@@ -20,7 +20,8 @@ The last line is the headline: held-out EM after GRPO, ARENA vs Naive, averaged 
 With ``--base shipped`` (or a reader-base folder) both methods start from the pretrained reader base
 instead of a per-seed tiny policy, with the demo's recipe, their token limits scaled for its BPE and the
 base's passages-then-question prompt (``ragrl.train.from_base.base_overrides``); their oracles' replies then
-quote each hop's evidence sentence after its passage's number (``base_demonstrator``). A base that read
+name each hop's entity and passage number and quote the passage through its evidence sentence
+(``base_demonstrator``). A base that read
 in their grammar too is ``ragrl model reader --init shipped --also arena-tiny --also arena-naive-tiny``
 (docs/arena.md).
 """

@@ -1,13 +1,15 @@
 """Why an arm of a method comparison did (not) gain: its warm start's and final policy's outcomes.
 
-Replays the saved policies of one arm of ``eval_rar_vs_search_r1.py``, ``tiresrag_vs_search_r1.py`` or
-``r2ag_vs_warm_start.py`` (run with ``--workdir``) on the seed's held-out test questions, greedy, with the
-arm's own settings (the benchmark's ``COMMON``, the arm's overrides and, with ``--base``,
-``ragrl.train.from_base.base_overrides``), and prints EM and the outcome counts of the answerable
-questions (right, read miss ``wrong_with_all_evidence``, search miss ``wrong_missing_evidence``, no
-answer; docs/eval.md).
+Replays the saved policies of one arm of ``eval_rar_vs_search_r1.py``, ``tiresrag_vs_search_r1.py``,
+``r2ag_vs_warm_start.py`` or ``arena_vs_naive.py`` (run with ``--workdir``) on the seed's held-out test
+questions, greedy, with the arm's own settings (the benchmark's ``COMMON``, the arm's overrides and,
+with ``--base``, ``ragrl.train.from_base.base_overrides``), and prints EM and the outcome counts of the
+answerable questions (right, read miss ``wrong_with_all_evidence``, search miss
+``wrong_missing_evidence``, no answer; docs/eval.md).
 For R²AG, whose trees retrieve and do not answer, the counts are of the trees instead: every gold passage
 found, some, none; and question by question, how many trees the final policy made better or worse.
+For ARENA, which reads given passages (every wrong answer is a reading miss), the wrong answers are also
+split by what the reply cited: every gold passage, some, none.
 
     python benchmarks/arm_outcomes.py tiresrag_vs_search_r1 runs/bench/tr 2 tiresrag --base
     python benchmarks/arm_outcomes.py r2ag_vs_warm_start runs/bench/r2 0 r2ag --base
@@ -99,7 +101,7 @@ def citation_of_misses(report, examples) -> dict[str, int]:  # noqa: ANN001
     by_id = {e.id: e for e in examples}
     out = {"cited all gold": 0, "some gold": 0, "no gold": 0}
     for row, traj in zip(report.rows, report.trajectories, strict=True):
-        if row["outcome"] not in ("wrong_no_search", "wrong_with_all_evidence"):
+        if row["outcome"] != "wrong_no_search":  # a wrong answer without a search: given passages
             continue
         gold = {i for i in gold_ids(by_id[traj.example_id]) if i > 0}
         cited = set(citation(traj)["cited_ids"] or [])

@@ -185,10 +185,7 @@ def reader_method(world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overri
     return load_method(
         DEMO_CONFIG,
         [
-            f"train.seed={recipe.seed}",
-            f"train.model.path={model_dir}",
-            f"train.data.train={world_dir / 'train.jsonl'}",
-            f"train.data.index={world_dir / 'bm25'}",
+            *world_settings(world_dir, model_dir, recipe),
             *settings,
             f"train.sft.batch_size={recipe.batch_size}",
             f"train.sft.lr={recipe.lr}",
@@ -199,22 +196,34 @@ def reader_method(world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overri
     )
 
 
+def world_settings(world_dir: Path, model_dir: Path, recipe: ReaderRecipe) -> list[str]:
+    """The overrides that point a method at one pretraining world and the model being trained."""
+    return [
+        f"train.seed={recipe.seed}",
+        f"train.model.path={model_dir}",
+        f"train.data.train={world_dir / 'train.jsonl'}",
+        f"train.data.index={world_dir / 'bm25'}",
+    ]
+
+
 def grammar_method(
-    config: str, world_dir: Path, model_dir: Path, recipe: ReaderRecipe, overrides: list[str]
+    config: str,
+    settings: list[str],
+    world_dir: Path,
+    model_dir: Path,
+    recipe: ReaderRecipe,
+    overrides: list[str],
 ) -> Any:  # noqa: ANN401
-    """Method ``config`` as the base reads in it (``base_overrides``: its token limits, the base's prompt),
-    pointed at one world (``ReaderRecipe.also``). Of the reading SFT's overrides only the ``train.``
-    ones apply: the others name the demo's config."""
+    """Method ``config`` as the base reads in it (``settings``: its ``base_overrides``, the token limits
+    and the base's prompt), pointed at one world (``ReaderRecipe.also``). Of the reading SFT's overrides
+    only the ``train.`` ones apply: the others name the demo's config."""
     from ragrl.methods import load_method
 
     return load_method(
         config,
         [
-            *base_overrides(config),
-            f"train.seed={recipe.seed}",
-            f"train.model.path={model_dir}",
-            f"train.data.train={world_dir / 'train.jsonl'}",
-            f"train.data.index={world_dir / 'bm25'}",
+            *settings,
+            *world_settings(world_dir, model_dir, recipe),
             f"train.sft.world={world_dir / 'world.json'}",
             *(o for o in overrides if o.startswith("train.")),
         ],
@@ -321,8 +330,9 @@ def pretrain_reader(
     # 1. the worlds, fair by construction
     console.print(f"reader: {recipe.worlds} pretraining worlds from seed {recipe.first_seed} (protected: "
                   f"{min(recipe.protected)}-{max(recipe.protected)})")  # fmt: skip
-    for config in recipe.also:  # a config that does not load fails now, not after the copy steps
-        base_overrides(config)
+    # each other grammar's settings, loaded once: a config that does not load fails now, not after the
+    # copy steps
+    grammars = {config: base_overrides(config) for config in recipe.also}
     chosen = choose_worlds(recipe)
     seeds = [w.seed for w in chosen.worlds]
     if recipe.init is not None:
@@ -374,13 +384,11 @@ def pretrain_reader(
         retriever = BM25Retriever.build(world.corpus)
         retriever.save(world_dir / "bm25")
         method = reader_method(world_dir, start_dir, recipe, overrides)
-        questions = distinct_prompts(
-            method, [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
-        )
+        examples = [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
+        questions = distinct_prompts(method, examples)
         demos += demonstration_trajectories(method, tokenizer, QuotingOracle(), questions, retriever)
-        for config in recipe.also:  # the same questions in the other grammars
-            other = grammar_method(config, world_dir, start_dir, recipe, overrides)
-            examples = [ex for split in ("train", "dev", "test") for ex in world.splits[split]]
+        for config, settings in grammars.items():  # the same questions in the other grammars
+            other = grammar_method(config, settings, world_dir, start_dir, recipe, overrides)
             questions = distinct_prompts(other, other.prepare_examples(examples, f"world {world.seed}"))
             found = retriever if other.protocol.needs_retriever else None
             demos += demonstration_trajectories(other, tokenizer, base_demonstrator(other), questions, found)
@@ -405,8 +413,8 @@ def pretrain_reader(
         f"{validation['em_answerable']:.3f}, outcomes {validation['outcomes_answerable']}"
     )
     validation_also = {}
-    for config in recipe.also:
-        other = grammar_method(config, validation_dir, start_dir, recipe, overrides)
+    for config, settings in grammars.items():
+        other = grammar_method(config, settings, validation_dir, start_dir, recipe, overrides)
         examples = other.prepare_examples(unseen.splits["test"], "validation")[: recipe.validation_questions]
         found = validation_retriever if other.protocol.needs_retriever else None
         report = evaluate(sft.backend, found, other, examples, seed=recipe.seed)

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragrl.config import Method, load_method_config, to_dataclass
 from ragrl.config.train import TrainConfig
@@ -26,6 +26,9 @@ from ragrl.methods.arena.protocol import ArenaProtocol, ArenaProtocolConfig
 from ragrl.methods.arena.rewards import citation_audit
 from ragrl.rewards import build_reward
 from ragrl.rollout.config import RolloutConfig
+
+if TYPE_CHECKING:
+    from ragrl.synth.demonstrators import GivenQuote
 
 
 def _default_reward() -> list[dict[str, Any]]:
@@ -64,11 +67,11 @@ class ArenaConfig:
 # -- an oracle reply (tests, warm starts) --------------------------------------------------------------------
 
 
-def oracle_reply(example: Example, output: str = "arena", quotes: Sequence[Any] | None = None) -> str:
+def oracle_reply(example: Example, output: str = "arena", quotes: Sequence[GivenQuote] | None = None) -> str:
     """The reply that earns every reward: the gold ids, an analysis citing them, the first gold answer.
 
-    The analysis is one line naming the gold passages, or, given ``quotes`` (a reader's hops, each with
-    ``title``, ``index`` and ``quote``: ``QuotingOracle.read_given``), each hop's entity, the number of
+    The analysis is one line naming the gold passages, or, given ``quotes`` (a reader's hops:
+    ``QuotingOracle.read_given``), each hop's entity, the number of
     its passage and the quote (``Mertaem Breke [3]: Mertaem Breke is a musician. He was born in Zurraes
     in 1965. Zurraes [7]: Zurraes is a city in Boreora.``): the claim-by-claim citing the paper's
     analysis asks for, read the way a policy that learned to read by searching an entity and quoting
