@@ -75,6 +75,17 @@ def test_the_vector_file_reads_rows_and_blocks_and_checks_its_size(tmp_path):
     assert np.array_equal(np.concatenate([b for _, b in vectors.blocks(block_rows=7)]), whole)
     with pytest.raises(RagrlError, match=r"vectors.f32: 1600 bytes, expected 26 vectors of 16 float32"):
         VectorFile(tmp_path / "vectors.f32", 16, 26)
+    assert vectors.take(np.array([], dtype=np.int64)).shape == (0, 16)
+    for bad in (25, -1):  # a negative row would silently wrap around in numpy
+        with pytest.raises(RagrlError, match=rf"no row {bad} \(the file holds rows 0 to 24\)"):
+            vectors.take(np.array([0, bad]))
+    with open(tmp_path / "vectors.f32", "r+b") as f:  # cut short under the map: an error, not SIGBUS
+        f.truncate(800)
+    with pytest.raises(RagrlError, match="800 bytes, expected 1600 .the file changed."):
+        vectors.take(np.array([0]))
+    vectors.close()
+    with pytest.raises(RagrlError, match="the vector file is closed"):
+        vectors.take(np.array([0]))
 
 
 def test_the_hashing_encoder_is_deterministic_normalised_and_lexical():

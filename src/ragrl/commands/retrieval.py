@@ -117,7 +117,7 @@ def index(
     index_spec: Annotated[
         str | None,
         typer.Option(
-            help="Dense: a faiss factory string instead of the type's default, e.g. 'IVF4096,PQ48x8'."
+            help="Dense: a faiss factory string instead of the type's default, e.g. 'IVF4096,PQ96x4fsr'."
         ),
     ] = None,
     train_size: Annotated[
@@ -137,13 +137,16 @@ def index(
         ),
     ] = None,
     nprobe: Annotated[
-        int | None, typer.Option(help="Dense IVF: lists a search visits (default 64).", min=1)
+        int | None,
+        typer.Option(
+            help="Dense IVF: lists a search visits (default 512, at most the index's lists).", min=1
+        ),
     ] = None,
     ef_search: Annotated[int | None, typer.Option(help="Dense HNSW: efSearch (default 128).", min=1)] = None,
     rerank: Annotated[
         int | None,
         typer.Option(
-            help="Dense PQ: re-score rerank × k candidates exactly (default 10; 0 or 1: off).", min=0
+            help="Dense PQ: re-score rerank × k candidates exactly (default 40; 0 or 1: off).", min=0
         ),
     ] = None,
     shard_size: Annotated[

@@ -325,12 +325,14 @@ class DenseRetriever:
         rerank = self.search_params.get("rerank", 0)
         depth = min(k * rerank, len(self.passages)) if rerank > 1 else k
         scores, ids = self.index.search(emb, depth)
+        found = ids >= 0
+        if rerank > 1:  # every candidate of the batch read at once (the constructor made sure of the vectors)
+            rows = np.split(self.vectors.take(ids[found]), np.cumsum(found.sum(axis=1))[:-1])
         out = []
-        for q, row_ids, row_scores in zip(emb, ids, scores, strict=True):
-            found = row_ids >= 0
-            row_ids, row_scores = row_ids[found], row_scores[found]
-            if rerank > 1 and row_ids.size:  # the constructor made sure the vectors are there
-                row_scores = self.vectors.take(row_ids) @ q
+        for i, (q, row_ids, row_scores) in enumerate(zip(emb, ids, scores, strict=True)):
+            row_ids, row_scores = row_ids[found[i]], row_scores[found[i]]
+            if rerank > 1 and row_ids.size:
+                row_scores = rows[i] @ q
                 order = np.lexsort((row_ids, -row_scores))[:k]  # equal scores: the lower row first
                 row_ids, row_scores = row_ids[order], row_scores[order]
             out.append(list(zip(row_ids.tolist(), row_scores.tolist(), strict=True)))
