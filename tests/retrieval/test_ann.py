@@ -37,7 +37,7 @@ def build(corpus, **kwargs):
 def test_default_specs_follow_the_corpus_size():
     assert ann.default_spec("flat", 10, 384) == "Flat"
     assert ann.default_spec("hnsw", 10, 384) == "HNSW32"
-    # nlist: a power of two near 4·sqrt(n); m = dim / 4 codes of 4 bits (dim / 2 bytes), fast-scan layout
+    # nlist: a power of two near 4·sqrt(n); m = dim / 4 codes of 4 bits (dim / 8 bytes), fast-scan layout
     assert ann.default_spec("ivf-pq", 2_000_000, 384) == "IVF4096,PQ96x4fsr"
     assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ192x4fsr"
     assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ96x4fsr"  # at least ~39 training vectors a list
@@ -55,7 +55,7 @@ def test_default_specs_follow_the_corpus_size():
     assert ann.search_params("Flat", 8, 8, 8) == {}
 
 
-def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queries):
+def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queries, monkeypatch):
     flat = build(corpus)
     ivf = build(corpus, index_type="ivf-pq")
     assert ivf.spec == "IVF64,PQ16x4fsr" and ivf.search_params == {"nprobe": 512, "rerank": 40}
@@ -87,6 +87,9 @@ def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queri
     assert recall["recall@10"] == pytest.approx(
         np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)]), abs=0.02
     )
+    # the candidates are re-ranked a bounded chunk of queries at a time: the same results
+    monkeypatch.setattr("ragrl.retrieval.dense.RERANK_ROWS", 700)  # 1 query of 400 candidates a chunk
+    assert ivf.search(queries, 10) == [hits for q in queries for hits in ivf.search([q], 10)]
     # 4-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
     codes_only, some, deeper = (variant(32, rerank).recall(queries)["recall@10"] for rerank in (0, 4, 20))
     assert codes_only < some < deeper

@@ -88,6 +88,23 @@ def test_the_vector_file_reads_rows_and_blocks_and_checks_its_size(tmp_path):
         vectors.take(np.array([0]))
 
 
+def test_the_vector_file_reads_row_by_row_where_it_cannot_be_mapped(tmp_path, monkeypatch):
+    import mmap
+
+    files, _ = encode_shards(Counting(), PASSAGES, tmp_path / "s", settings=SETTINGS, shard_size=10)
+    join_shards(files, 16, tmp_path / "vectors.f32")
+    whole = HashingEncoder(16).encode([p.contents for p in PASSAGES])
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")  # e.g. ulimit -v below the file's size
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    vectors = VectorFile(tmp_path / "vectors.f32", 16, 25)
+    assert vectors._map is None and np.array_equal(vectors.take(np.array([24, 3, 3])), whole[[24, 3, 3]])
+    with pytest.raises(RagrlError, match="no row 25"):
+        vectors.take(np.array([25]))
+
+
 def test_the_hashing_encoder_is_deterministic_normalised_and_lexical():
     enc = HashingEncoder(64)
     a, b, c = enc.encode(["The harbour town of Kestrel Bay", "kestrel bay, the HARBOUR town of", "Olvana"])

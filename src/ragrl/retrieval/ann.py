@@ -12,7 +12,8 @@ one outright (any string ``faiss.index_factory`` reads, inner-product metric):
   8-bit codes, so a search can visit more lists); a search visits ``nprobe`` lists.
 
 Search-time parameters, settable at load (``ragrl serve --nprobe/--ef-search/--rerank``) and part of
-the fingerprint, because they change the results: ``nprobe`` (IVF), ``ef_search`` (HNSW) and
+the fingerprint, because they change the results (the values asked for are recorded; an ``nprobe``
+above the index's lists is applied as ``nlist``): ``nprobe`` (IVF), ``ef_search`` (HNSW) and
 ``rerank``: a compressed index fetches ``rerank × k`` candidates and re-scores them exactly against
 the full vectors kept on disk (``vectors.f32``, gathered through a memory map), which recovers most
 of what the compression loses while the memory stays the compressed index's. The defaults (nprobe

@@ -59,6 +59,7 @@ from ragrl.retrieval.store import own_copy
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 _INDEX_NAME = "faiss.index"
 _PROGRESS_MIN = 2000  # show an encoding progress bar from this many passages
+RERANK_ROWS = 32_768  # candidate rows re-ranked at once: 48 MB at 384-d (a batch of 32 at 40 × 10 is 12,800)
 
 
 def import_faiss():
@@ -324,18 +325,21 @@ class DenseRetriever:
         full vectors when ``rerank`` asks for it."""
         rerank = self.search_params.get("rerank", 0)
         depth = min(k * rerank, len(self.passages)) if rerank > 1 else k
-        scores, ids = self.index.search(emb, depth)
-        found = ids >= 0
-        if rerank > 1:  # every candidate of the batch read at once (the constructor made sure of the vectors)
-            rows = np.split(self.vectors.take(ids[found]), np.cumsum(found.sum(axis=1))[:-1])
+        per_chunk = max(1, RERANK_ROWS // depth)  # the candidate rows in memory at once stay bounded
         out = []
-        for i, (q, row_ids, row_scores) in enumerate(zip(emb, ids, scores, strict=True)):
-            row_ids, row_scores = row_ids[found[i]], row_scores[found[i]]
-            if rerank > 1 and row_ids.size:
-                row_scores = rows[i] @ q
-                order = np.lexsort((row_ids, -row_scores))[:k]  # equal scores: the lower row first
-                row_ids, row_scores = row_ids[order], row_scores[order]
-            out.append(list(zip(row_ids.tolist(), row_scores.tolist(), strict=True)))
+        for start in range(0, len(emb), per_chunk):
+            chunk = emb[start : start + per_chunk]
+            scores, ids = self.index.search(chunk, depth)
+            found = ids >= 0
+            if rerank > 1:  # the chunk's candidates read at once (the constructor made sure of the vectors)
+                rows = np.split(self.vectors.take(ids[found]), np.cumsum(found.sum(axis=1))[:-1])
+            for i, (q, row_ids, row_scores) in enumerate(zip(chunk, ids, scores, strict=True)):
+                row_ids, row_scores = row_ids[found[i]], row_scores[found[i]]
+                if rerank > 1 and row_ids.size:
+                    row_scores = rows[i] @ q
+                    order = np.lexsort((row_ids, -row_scores))[:k]  # equal scores: the lower row first
+                    row_ids, row_scores = row_ids[order], row_scores[order]
+                out.append(list(zip(row_ids.tolist(), row_scores.tolist(), strict=True)))
         return out
 
     def recall(self, queries: list[str], ks: Sequence[int] = (1, 10)) -> dict[str, float]:

@@ -138,7 +138,8 @@ def join_shards(files: list[Path], dim: int, out: Path) -> int:
 
 class VectorFile:
     """``vectors.f32``: row ``i`` is passage ``i``'s embedding; ``take`` gathers rows through a read-only
-    memory map, ``blocks`` reads the file in ``os.pread`` blocks."""
+    memory map (one ``os.pread`` a row where the file cannot be mapped), ``blocks`` reads the file in
+    ``os.pread`` blocks."""
 
     def __init__(self, path: Path, dim: int, rows: int) -> None:
         size = path.stat().st_size if path.is_file() else -1
@@ -151,13 +152,15 @@ class VectorFile:
         self._fd = os.open(path, os.O_RDONLY)
         self._closer = weakref.finalize(self, os.close, self._fd)  # closed with the object
         self._row_bytes = dim * 4
-        # the map holds its own copy of the descriptor; an empty file cannot be mapped
-        self._map = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ) if size > 0 else None
-        self._rows = (
-            np.frombuffer(self._map, dtype=np.float32).reshape(rows, dim)
-            if self._map is not None
-            else np.empty((0, dim), dtype=np.float32)
-        )
+        self._map = self._rows = None  # without a map (an empty file, or mmap refused): one pread a row
+        if size > 0:
+            try:  # the map holds its own copy of the descriptor
+                self._map = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
+            except (OSError, ValueError):  # e.g. an address-space limit (ulimit -v) below the file's size
+                pass
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_RANDOM)  # a fault reads its page, not the 128 KB around it
+            self._rows = np.frombuffer(self._map, dtype=np.float32).reshape(rows, dim)
 
     @property
     def fd(self) -> int:
@@ -176,7 +179,10 @@ class VectorFile:
 
     def take(self, ids: np.ndarray) -> np.ndarray:
         """The rows ``ids`` (any order, repeats allowed), as a ``[len(ids), dim]`` array (a copy)."""
-        size = os.fstat(self.fd).st_size  # a mapped file cut short would kill the process (SIGBUS)
+        fd, rows, mapping = self.fd, self._rows, self._map  # one close() in another thread cannot split
+        # a mapped file cut short kills the process (SIGBUS): checked first (best effort: ragrl replaces
+        # index files by rename, never in place; another program could still cut it in between)
+        size = os.fstat(fd).st_size
         if size != self.rows * self._row_bytes:
             raise RagrlError(
                 f"{self.path}: {size} bytes, expected {self.rows * self._row_bytes} (the file changed)"
@@ -185,9 +191,16 @@ class VectorFile:
         if ids.size and (ids.min() < 0 or ids.max() >= self.rows):
             bad = int(ids.min() if ids.min() < 0 else ids.max())
             raise RagrlError(f"{self.path}: no row {bad} (the file holds rows 0 to {self.rows - 1})")
-        out = self._rows[ids]
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_DONTNEED)  # the pages stay cached, out of this process's memory
+        if rows is None or mapping is None:
+            out = np.empty((len(ids), self.dim), dtype=np.float32)
+            for j, i in enumerate(ids.tolist()):
+                out[j] = np.frombuffer(self._read(self._row_bytes, i * self._row_bytes), dtype=np.float32)
+            return out
+        out = rows[ids]
+        try:
+            mapping.madvise(mmap.MADV_DONTNEED)  # the pages stay cached, out of this process's memory
+        except ValueError:  # closed meanwhile by close() in another thread: nothing left to hand back
+            pass
         return out
 
     def blocks(self, block_rows: int = 65_536):
@@ -202,14 +215,13 @@ class VectorFile:
         save_open_file(self.fd, self.path, self.rows * self._row_bytes, target)
 
     def close(self) -> None:
-        self._rows = np.empty((0, self.dim), dtype=np.float32)  # no view may outlive the map
-        if self._map is not None:
+        mapping, self._map, self._rows = self._map, None, None  # no view of ours may outlive the map
+        self._closer()
+        if mapping is not None:
             try:
-                self._map.close()
+                mapping.close()
             except BufferError:  # a take() in another thread still reads it: unmapped when it is freed
                 pass
-            self._map = None
-        self._closer()
 
     def __getstate__(self) -> dict:
         raise TypeError(f"a VectorFile ({self.path}) holds an open file and cannot be pickled")
