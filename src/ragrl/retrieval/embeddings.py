@@ -9,11 +9,12 @@ whose record matches its passages and whose file has its full size is kept, the 
 reused.
 
 ``VectorFile`` is the shards joined into one ``vectors.f32`` (``[n, dim]`` float32, row ``i`` =
-passage ``i``) that an index keeps for exact re-ranking and recall checks. ``take`` gathers the rows a
-search asks for through a read-only memory map in one numpy index (re-ranking 400 candidates a query
-row by row with ``os.pread`` cost ~2 µs a row in Python, most of a search's time), then hands the
-mapping's pages back to the kernel (``madvise(MADV_DONTNEED)``): the rows sit in the page cache, not in
-the process's resident memory. ``blocks`` reads the whole file in large ``os.pread`` blocks.
+passage ``i``) that an index keeps for exact re-ranking and recall checks. It reads rows with
+``os.pread``, so the rows a search touched sit in the kernel's page cache, not in the process's memory.
+(A read-only memory map gathered rows ~1.2× as fast on 300k passages, but each fault maps a whole
+large page-cache folio: one gather of 3,200 rows over 2M passages held 1.5 GB of mapped pages, and
+``ragrl serve`` peaked at 3.35 GB. Gathering a few rows between hand-backs of the pages bounded that,
+and was then slower than ``pread``.)
 
 ``HashingEncoder`` is a cheap deterministic encoder for scale runs (``--model hashing:384``): each word
 (lower-cased, alphanumeric) hashed to a signed coordinate, summed, L2-normalised. It is a lexical
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import re
 import weakref
@@ -137,9 +137,7 @@ def join_shards(files: list[Path], dim: int, out: Path) -> int:
 
 
 class VectorFile:
-    """``vectors.f32``: row ``i`` is passage ``i``'s embedding; ``take`` gathers rows through a read-only
-    memory map (one ``os.pread`` a row where the file cannot be mapped), ``blocks`` reads the file in
-    ``os.pread`` blocks."""
+    """``vectors.f32``: row ``i`` is passage ``i``'s embedding; rows are read with ``os.pread``."""
 
     def __init__(self, path: Path, dim: int, rows: int) -> None:
         size = path.stat().st_size if path.is_file() else -1
@@ -152,15 +150,6 @@ class VectorFile:
         self._fd = os.open(path, os.O_RDONLY)
         self._closer = weakref.finalize(self, os.close, self._fd)  # closed with the object
         self._row_bytes = dim * 4
-        self._map = self._rows = None  # without a map (an empty file, or mmap refused): one pread a row
-        if size > 0:
-            try:  # the map holds its own copy of the descriptor
-                self._map = mmap.mmap(self._fd, 0, prot=mmap.PROT_READ)
-            except (OSError, ValueError):  # e.g. an address-space limit (ulimit -v) below the file's size
-                pass
-        if self._map is not None:
-            self._map.madvise(mmap.MADV_RANDOM)  # a fault reads its page, not the 128 KB around it
-            self._rows = np.frombuffer(self._map, dtype=np.float32).reshape(rows, dim)
 
     @property
     def fd(self) -> int:
@@ -178,29 +167,14 @@ class VectorFile:
         return raw
 
     def take(self, ids: np.ndarray) -> np.ndarray:
-        """The rows ``ids`` (any order, repeats allowed), as a ``[len(ids), dim]`` array (a copy)."""
-        fd, rows, mapping = self.fd, self._rows, self._map  # one close() in another thread cannot split
-        # a mapped file cut short kills the process (SIGBUS): checked first (best effort: ragrl replaces
-        # index files by rename, never in place; another program could still cut it in between)
-        size = os.fstat(fd).st_size
-        if size != self.rows * self._row_bytes:
-            raise RagrlError(
-                f"{self.path}: {size} bytes, expected {self.rows * self._row_bytes} (the file changed)"
-            )
+        """The rows ``ids`` (any order, repeats allowed), as a ``[len(ids), dim]`` array."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.rows):
             bad = int(ids.min() if ids.min() < 0 else ids.max())
             raise RagrlError(f"{self.path}: no row {bad} (the file holds rows 0 to {self.rows - 1})")
-        if rows is None or mapping is None:
-            out = np.empty((len(ids), self.dim), dtype=np.float32)
-            for j, i in enumerate(ids.tolist()):
-                out[j] = np.frombuffer(self._read(self._row_bytes, i * self._row_bytes), dtype=np.float32)
-            return out
-        out = rows[ids]
-        try:
-            mapping.madvise(mmap.MADV_DONTNEED)  # the pages stay cached, out of this process's memory
-        except ValueError:  # closed meanwhile by close() in another thread: nothing left to hand back
-            pass
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
+        for j, i in enumerate(ids.tolist()):
+            out[j] = np.frombuffer(self._read(self._row_bytes, i * self._row_bytes), dtype=np.float32)
         return out
 
     def blocks(self, block_rows: int = 65_536):
@@ -215,13 +189,7 @@ class VectorFile:
         save_open_file(self.fd, self.path, self.rows * self._row_bytes, target)
 
     def close(self) -> None:
-        mapping, self._map, self._rows = self._map, None, None  # no view of ours may outlive the map
         self._closer()
-        if mapping is not None:
-            try:
-                mapping.close()
-            except BufferError:  # a take() in another thread still reads it: unmapped when it is freed
-                pass
 
     def __getstate__(self) -> dict:
         raise TypeError(f"a VectorFile ({self.path}) holds an open file and cannot be pickled")
