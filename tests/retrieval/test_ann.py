@@ -88,8 +88,11 @@ def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queri
         np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)]), abs=0.02
     )
     # the candidates are re-ranked a bounded chunk of queries at a time: the same results
-    monkeypatch.setattr("ragrl.retrieval.dense.RERANK_ROWS", 700)  # 1 query of 400 candidates a chunk
-    assert ivf.search(queries, 10) == [hits for q in queries for hits in ivf.search([q], 10)]
+    whole = ivf.search(queries, 10)
+    assert len(queries) == 60
+    for rows in (2800, 700):  # 7 queries of 400 candidates a chunk (8 chunks and 4 left), then 1
+        monkeypatch.setattr("ragrl.retrieval.dense.RERANK_ROWS", rows)
+        assert ivf.search(queries, 10) == whole
     # 4-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
     codes_only, some, deeper = (variant(32, rerank).recall(queries)["recall@10"] for rerank in (0, 4, 20))
     assert codes_only < some < deeper

@@ -59,7 +59,7 @@ from ragrl.retrieval.store import own_copy
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 _INDEX_NAME = "faiss.index"
 _PROGRESS_MIN = 2000  # show an encoding progress bar from this many passages
-RERANK_ROWS = 32_768  # candidate rows re-ranked at once: 48 MB at 384-d (a batch of 32 at 40 × 10 is 12,800)
+RERANK_ROWS = 32_768  # candidate rows re-ranked at once (or one query's, if more): 48 MB at 384-d
 
 
 def import_faiss():

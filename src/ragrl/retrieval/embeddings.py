@@ -11,7 +11,7 @@ reused.
 ``VectorFile`` is the shards joined into one ``vectors.f32`` (``[n, dim]`` float32, row ``i`` =
 passage ``i``) that an index keeps for exact re-ranking and recall checks. It reads rows with
 ``os.pread``, so the rows a search touched sit in the kernel's page cache, not in the process's memory.
-(A read-only memory map gathered rows ~1.2× as fast on 300k passages, but each fault maps a whole
+(A read-only memory map made the default search ~1.4× as fast on 300k passages, but each fault maps a whole
 large page-cache folio: one gather of 3,200 rows over 2M passages held 1.5 GB of mapped pages, and
 ``ragrl serve`` peaked at 3.35 GB. Gathering a few rows between hand-backs of the pages bounded that,
 and was then slower than ``pread``.)
