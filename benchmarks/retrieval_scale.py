@@ -250,7 +250,7 @@ def projection(n: int = 21_000_000, dim: int = 768) -> list[tuple[str, float]]:
         ("flat (IndexFlatIP, in memory)", n * dim * 4),
         ("hnsw (HNSW32, in memory)", n * (dim * 4 + 2 * 32 * 4 * (1 + 1 / 32))),
         (f"ivf-pq ({spec}, in memory)", n * (m + 8) + nlist * dim * 4),
-        ("ivf-pq's vectors.f32 (on disk, its candidates' rows gathered for re-ranking)", n * dim * 4),
+        ("ivf-pq's vectors.f32 (on disk, read by row for re-ranking)", n * dim * 4),
         ("corpus offsets (in memory)", n * 8),
     ]
 
