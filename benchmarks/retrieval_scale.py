@@ -117,22 +117,24 @@ def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
 
 
 SWEEP = [
-    ("built", {"nprobe": 64, "rerank": 10}), ("built", {"nprobe": 512, "rerank": 40}),
-    ("default", {"nprobe": 64, "rerank": 10}), ("default", {"nprobe": 128, "rerank": 20}),
-    ("default", {"nprobe": 256, "rerank": 40}), ("default", {"nprobe": 512, "rerank": 40}),
-    ("default", {"nprobe": 1024, "rerank": 60}),
+    ("built", {"nprobe": 64, "rerank": 10}),
+    ("previous", {"nprobe": 512, "rerank": 40}),
+    ("default", {"nprobe": 128, "rerank": 10}), ("default", {"nprobe": 256, "rerank": 10}),
+    ("default", {"nprobe": 512, "rerank": 5}), ("default", {"nprobe": 512, "rerank": 10}),
+    ("default", {"nprobe": 512, "rerank": 20}), ("default", {"nprobe": 1024, "rerank": 10}),
     ("HNSW32", {"ef_search": 128}), ("HNSW32", {"ef_search": 320}), ("HNSW32", {"ef_search": 512}),
 ]  # fmt: skip
 """The settings ``--sweep`` measures: ``built`` is the index in the work folder (built by ``ragrl index``
-with the defaults of its day), ``default`` today's ``--index-type ivf-pq`` spec and ``HNSW32``, both
-built here from the same vectors."""
+with the defaults of its day), ``default`` today's ``--index-type ivf-pq`` spec, ``previous`` the
+default before it (half as many 4-bit codes: ``PQ{dim/4}x4fsr``, then searched at nprobe 512 and
+re-ranking 40 × k) and ``HNSW32``, all but ``built`` built here from the same vectors."""
 
 
 def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
     """Recall@10 against exact search and queries/s at ``batch`` of the built index at other search
-    settings, and of today's default IVF-PQ spec and an HNSW32 index built from the same vectors
-    (``vectors.f32``: nothing is encoded again), all searched through ``DenseRetriever.search_vectors``;
-    flat is measured in the same run."""
+    settings, and of today's default IVF-PQ spec, the previous one and an HNSW32 index built from the
+    same vectors (``vectors.f32``: nothing is encoded again), all searched through
+    ``DenseRetriever.search_vectors``; flat is measured in the same run."""
     import faiss
 
     from ragrl.retrieval import ann
@@ -143,15 +145,16 @@ def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
     emb = base.encode_queries(probe_queries(base.passages, n_queries))
     blocks = [np.ascontiguousarray(block) for _, block in base.vectors.blocks()]
     n = sum(len(b) for b in blocks)
-    flat, hnsw = (
-        faiss.IndexFlatIP(base.dim),
-        faiss.index_factory(base.dim, "HNSW32", faiss.METRIC_INNER_PRODUCT),
-    )
+    flat = faiss.IndexFlatIP(base.dim)
     for block in blocks:
         flat.add(block)
-        hnsw.add(block)
     spec = ann.default_spec("ivf-pq", n, base.dim)
-    default, _ = ann.build_from_shards(faiss, spec, base.dim, [lambda b=b: b for b in blocks], total=n)
+    specs = {"default": spec, "previous": spec.replace(f",PQ{base.dim // 2}x", f",PQ{base.dim // 4}x"),
+             "HNSW32": "HNSW32"}  # fmt: skip
+    indexes = {
+        kind: ann.build_from_shards(faiss, name, base.dim, [lambda b=b: b for b in blocks], total=n)[0]
+        for kind, name in specs.items()
+    }
     del blocks
 
     exact, flat_qps = timed(lambda e: flat.search(e, 10)[1].tolist(), emb, batch)
@@ -160,8 +163,7 @@ def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
         if kind == "built":
             r = load_retriever(index_dir, device="cpu", **settings)
         else:
-            index, name = (default, spec) if kind == "default" else (hnsw, "HNSW32")
-            r = DenseRetriever(base.encoder, index, base.passages, model=base.model, spec=name,
+            r = DenseRetriever(base.encoder, indexes[kind], base.passages, model=base.model, spec=specs[kind],
                                max_length=base.max_length, vectors=base.vectors, **settings)  # fmt: skip
         found, qps = timed(ids_of(r), emb, batch)
         recall = recall_at_10(found, exact)
@@ -240,12 +242,16 @@ def sizes(index_dir: Path, n: int) -> dict[str, float]:
 def projection(n: int = 21_000_000, dim: int = 768) -> list[tuple[str, float]]:
     """Bytes of each index type for ``n`` passages of ``dim`` dimensions, from faiss's layouts: a flat
     index stores 4·dim bytes a vector; HNSW32 that and 2·32 int32 links on level 0 (upper levels add
-    ~1/32 of that); IVF-PQ dim/4 four-bit codes (dim/8 bytes) and an 8-byte id a vector, plus the coarse
-    centroids (the fast-scan layout's padding of each list to a block of 32 is left out: < 0.1 GB)."""
+    ~1/32 of that); IVF-PQ its default spec's 4-bit codes (dim/2 of them: dim/4 bytes) and an 8-byte id
+    a vector, plus the coarse centroids (the fast-scan layout's padding of each list to a block of 32 is
+    left out: < 0.1 GB)."""
+    import re
+
     from ragrl.retrieval import ann
 
     spec = ann.default_spec("ivf-pq", n, dim)
-    nlist, m = ann.nlist_of(spec), dim // 8
+    codes = re.search(r"PQ(\d+)x4", spec)
+    nlist, m = ann.nlist_of(spec), int(codes[1]) // 2
     return [
         ("flat (IndexFlatIP, in memory)", n * dim * 4),
         ("hnsw (HNSW32, in memory)", n * (dim * 4 + 2 * 32 * 4 * (1 + 1 / 32))),

@@ -26,12 +26,15 @@ def test_the_scale_benchmark_runs_every_step_at_toy_scale(tmp_path):
     record = json.loads((tmp_path / "steps.json").read_text())
     for step in ("synth-corpus", "index ivf-pq", "index bm25", "index hybrid"):
         assert record[step]["seconds"] > 0 and record[step]["peak_rss_mb"] > 0
-    assert record["recall check"]["index"] == "IVF64,PQ96x4fsr"
+    assert record["recall check"]["index"] == "IVF64,PQ192x4fsr"
     for name in ("serve ivf-pq", "serve bm25 + ivf-pq (hybrid)"):
         assert record[name]["errors"] == 0 and record[name]["requests"] == 60
     assert record["speed"]["ivf_pq_qps"] > 0 and 0 < record["speed"]["recall@10"] <= 1
-    # the built index, today's default built from its vectors (the same spec here), HNSW32 from them
-    assert [r["index"] for r in record["sweep"]] == ["IVF64,PQ96x4fsr"] * 7 + ["HNSW32"] * 3
-    assert [r.get("nprobe") for r in record["sweep"][:2]] == [64, 512]
+    # the built index, the previous default and today's built from its vectors (the same spec as the
+    # built one here), HNSW32 from them
+    indexes = ["IVF64,PQ192x4fsr", "IVF64,PQ96x4fsr"] + ["IVF64,PQ192x4fsr"] * 6 + ["HNSW32"] * 3
+    assert [r["index"] for r in record["sweep"]] == indexes
+    settings = [(r.get("nprobe"), r.get("rerank")) for r in record["sweep"][:3]]
+    assert settings == [(64, 10), (512, 40), (128, 10)]
     assert all(0 < r["recall@10"] <= 1 and r["qps"] > 0 for r in record["sweep"])
     assert done.stdout.splitlines()[-1].startswith("IVF-PQ ÷ flat queries/s at batch 32: ")

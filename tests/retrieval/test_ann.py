@@ -37,20 +37,20 @@ def build(corpus, **kwargs):
 def test_default_specs_follow_the_corpus_size():
     assert ann.default_spec("flat", 10, 384) == "Flat"
     assert ann.default_spec("hnsw", 10, 384) == "HNSW32"
-    # nlist: a power of two near 4·sqrt(n); m = dim / 4 codes of 4 bits (dim / 8 bytes), fast-scan layout
-    assert ann.default_spec("ivf-pq", 2_000_000, 384) == "IVF4096,PQ96x4fsr"
-    assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ192x4fsr"
-    assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ96x4fsr"  # at least ~39 training vectors a list
-    assert ann.default_spec("ivf-pq", 1000, 6) == "IVF16,PQ1x4fsr"  # m divides dim
+    # nlist: a power of two near 4·sqrt(n); m = dim / 2 codes of 4 bits (dim / 4 bytes), fast-scan layout
+    assert ann.default_spec("ivf-pq", 2_000_000, 384) == "IVF4096,PQ192x4fsr"
+    assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ384x4fsr"
+    assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ192x4fsr"  # at least ~39 training vectors a list
+    assert ann.default_spec("ivf-pq", 1000, 6) == "IVF16,PQ3x4fsr"  # m divides dim
     # sized on the training sample: 64 vectors a list by default, fewer lists for a smaller sample
     assert ann.auto_train_size(2_000_000, 4096) == 262_144
-    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=100_000) == "IVF2048,PQ96x4fsr"
-    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=5_000) == "IVF128,PQ96x4fsr"
+    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=100_000) == "IVF2048,PQ192x4fsr"
+    assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=5_000) == "IVF128,PQ192x4fsr"
     specs = ("Flat", "HNSW32", "IVF64,PQ8x4", "HNSW32_PQ16", "IVF8,SQ8", "RQ4x8", "IVF64,PQ16x4fsr")
     assert [ann.compressed(s) for s in specs] == [False, False, True, True, True, True, True]
     with pytest.raises(RagrlError, match="unknown index type 'ivf'"):
         ann.default_spec("ivf", 10, 8)
-    assert ann.search_params("IVF16,PQ8x4", None, None, None) == {"nprobe": 512, "rerank": 40}
+    assert ann.search_params("IVF16,PQ8x4", None, None, None) == {"nprobe": 512, "rerank": 10}
     assert ann.search_params("HNSW32", None, 64, None) == {"ef_search": 64}
     assert ann.search_params("Flat", 8, 8, 8) == {}
 
@@ -58,12 +58,12 @@ def test_default_specs_follow_the_corpus_size():
 def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queries, monkeypatch):
     flat = build(corpus)
     ivf = build(corpus, index_type="ivf-pq")
-    assert ivf.spec == "IVF64,PQ16x4fsr" and ivf.search_params == {"nprobe": 512, "rerank": 40}
+    assert ivf.spec == "IVF64,PQ32x4fsr" and ivf.search_params == {"nprobe": 512, "rerank": 10}
     assert flat.recall(queries) == {"recall@1": 1.0, "recall@10": 1.0}  # flat is the exact search
     import faiss
 
     # nprobe 512 of 64 lists is capped at 64: past nlist, faiss's fast scan by residual finds the wrong
-    # neighbours (recall@10 0.03 uncapped); every list visited and 400 of 3,000 re-ranked: near exact
+    # neighbours (recall@10 0.03 uncapped); every list visited and 100 of 3,000 re-ranked: near exact
     assert faiss.extract_index_ivf(ivf.index).nprobe == 64
     assert ivf.recall(queries)["recall@10"] >= 0.99
 
@@ -90,10 +90,10 @@ def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queri
     # the candidates are re-ranked a bounded chunk of queries at a time: the same results
     whole = ivf.search(queries, 10)
     assert len(queries) == 60
-    for rows in (2800, 700):  # 7 queries of 400 candidates a chunk (8 chunks and 4 left), then 1
+    for rows in (700, 100):  # 7 queries of 100 candidates a chunk (8 chunks and 4 left), then 1
         monkeypatch.setattr("ragrl.retrieval.dense.RERANK_ROWS", rows)
         assert ivf.search(queries, 10) == whole
-    # 4-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
+    # 8-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
     codes_only, some, deeper = (variant(32, rerank).recall(queries)["recall@10"] for rerank in (0, 4, 20))
     assert codes_only < some < deeper
 
@@ -110,9 +110,9 @@ def test_saved_index_loads_with_its_parameters_or_new_ones(corpus, queries, tmp_
     manifest = json.loads((tmp_path / "retriever.json").read_text())
     assert manifest["params"] | {} == {
         **manifest["params"],
-        "index": "IVF64,PQ16x4fsr",
+        "index": "IVF64,PQ32x4fsr",
         "nprobe": 4,
-        "rerank": 40,
+        "rerank": 10,
     }
     loaded = load_retriever(tmp_path, device="cpu")
     assert loaded.fingerprint == ivf.fingerprint

@@ -240,7 +240,7 @@ def test_an_approximate_dense_index_from_the_cli_resumes_a_killed_build_and_repo
     )
     assert not (out / ".build").exists()  # the build folder goes once the index is saved
     recall = json.loads((out / "recall.json").read_text())
-    assert recall["queries"] == 40 and recall["index"] == "IVF16,PQ8x4fsr" and 0 < recall["recall@10"] <= 1
+    assert recall["queries"] == 40 and recall["index"] == "IVF16,PQ16x4fsr" and 0 < recall["recall@10"] <= 1
     assert f"recall@10 {recall['recall@10']:.3f}" in result.output
     manifest = json.loads((out / "retriever.json").read_text())
     assert manifest["params"]["nprobe"] == 8 and manifest["num_passages"] == 1200

@@ -117,7 +117,7 @@ def index(
     index_spec: Annotated[
         str | None,
         typer.Option(
-            help="Dense: a faiss factory string instead of the type's default, e.g. 'IVF4096,PQ96x4fsr'."
+            help="Dense: a faiss factory string instead of the type's default, e.g. 'IVF4096,PQ192x4fsr'."
         ),
     ] = None,
     train_size: Annotated[

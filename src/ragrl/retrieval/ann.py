@@ -7,19 +7,18 @@ one outright (any string ``faiss.index_factory`` reads, inner-product metric):
 * ``hnsw``: ``HNSW32``, a graph over the full vectors: fast, about as large as flat plus the links.
 * ``ivf-pq``: ``IVF{nlist},PQ{m}x4fsr``: the vectors clustered into ``nlist`` lists (a power of two
   near 4·√n, trained on a sample of ``train_size`` vectors) and their residuals compressed to ``m``
-  codes of 4 bits (``m = dim / 4``: 48 bytes for MiniLM's 384, 96 for e5-base's 768), laid out for
-  faiss's fast scan (``IndexIVFPQFastScan``, SIMD look-ups: at the same 48 bytes it scans faster than
-  8-bit codes, so a search can visit more lists); a search visits ``nprobe`` lists.
+  codes of 4 bits (``m = dim / 2``: 96 bytes for MiniLM's 384, 192 for e5-base's 768), laid out for
+  faiss's fast scan (``IndexIVFPQFastScan``, SIMD look-ups); a search visits ``nprobe`` lists.
 
 Search-time parameters, settable at load (``ragrl serve --nprobe/--ef-search/--rerank``) and part of
 the fingerprint, because they change the results (the values asked for are recorded; an ``nprobe``
 above the index's lists is applied as ``nlist``): ``nprobe`` (IVF), ``ef_search`` (HNSW) and
 ``rerank``: a compressed index fetches ``rerank × k`` candidates and re-scores them exactly against
 the full vectors kept on disk (``vectors.f32``, read by row), which recovers most of what the
-compression loses while the memory stays the compressed index's. The defaults (nprobe 512, rerank 40)
-were chosen on MiniLM vectors of 300k synthetic passages, the hardest corpus measured
-(docs/retrieval.md): recall@10 0.963 against exact search there, at 7× the flat index's queries/s
-(37× over 2M passages, where flat is slower).
+compression loses while the memory stays the compressed index's. The defaults (``dim / 2`` codes,
+nprobe 512, rerank 10) were chosen on MiniLM vectors of 300k synthetic passages, the hardest corpus
+measured (docs/retrieval.md): twice the codes of ``dim / 4`` rank the candidates well enough that
+10 × k of them suffice, and reading the candidates' rows is most of a search's time.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from ragrl.errors import RagrlError
 INDEX_TYPES = ("flat", "hnsw", "ivf-pq")
 DEFAULT_NPROBE = 512
 DEFAULT_EF_SEARCH = 128
-DEFAULT_RERANK = 40
+DEFAULT_RERANK = 10
 DEFAULT_TRAIN_SIZE = 100_000
 MIN_PER_LIST = 39
 
@@ -55,7 +54,7 @@ def default_spec(index_type: str, n: int, dim: int, train_size: int | None = Non
         sample = min(n, train_size if train_size is not None else auto_train_size(n, nlist))
         while nlist > 1 and nlist * MIN_PER_LIST > sample:  # faiss wants ~39 training vectors a list
             nlist //= 2
-        m = next(m for m in (dim // 4, dim // 2, dim) if m >= 1 and dim % m == 0)
+        m = next(m for m in (dim // 2, dim) if m >= 1 and dim % m == 0)
         return f"IVF{nlist},PQ{m}x4fsr"  # 16 centroids a sub-quantizer: any sample that trains the lists
     raise RagrlError(f"unknown index type {index_type!r} (expected one of {', '.join(INDEX_TYPES)})")
 
