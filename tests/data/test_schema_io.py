@@ -114,6 +114,32 @@ def test_read_corpus_formats(tmp_path):
         read_corpus(jl)
 
 
+def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported(tmp_path):
+    jl = tmp_path / "c.jsonl"
+    empty = [
+        {"id": "1", "contents": ""},
+        {"id": "1", "contents": " \n  "},
+        {"id": "1", "title": "", "text": " "},
+    ]
+    for record, field in zip(empty, ("contents", "contents", "text"), strict=True):
+        _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps(record)])
+        with pytest.raises(
+            DataError, match=rf"c.jsonl:2: field '{field}': empty passage \(no title and no text\)"
+        ):
+            read_corpus(jl)
+    passages, report = read_corpus(jl, skip_invalid=True)
+    assert [p.id for p in passages] == ["0"] and [e.line for e in report.skipped] == [2]
+    # a title alone, or a text alone, is a passage
+    _write(
+        jl,
+        [
+            json.dumps({"id": "0", "contents": "Title only"}),
+            json.dumps({"id": "1", "title": "", "text": "t"}),
+        ],
+    )
+    assert [(p.title, p.text) for p in read_corpus(jl)[0]] == [("Title only", ""), ("", "t")]
+
+
 def test_read_corpora_merges_by_id_and_rejects_conflicts(tmp_path):
     from ragrl.data import read_corpora
 
