@@ -18,7 +18,8 @@ kernel's ``ru_maxrss`` of that process, from ``os.wait4``):
    hybrid index of the two;
 3. queries/s at batch 32 of the IVF-PQ index (with its exact re-ranking) and of an exact flat index over
    the same vectors (``vectors.f32`` read into ``IndexFlatIP`` here), the same 320 queries (the first
-   sentences of random passages, encoded once), and recall@10 of the IVF-PQ index against the flat one;
+   sentences of random passages, encoded once; ``--query-seed`` draws other passages, for a check on
+   queries the defaults were not chosen on), and recall@10 of the IVF-PQ index against the flat one;
 4. ``ragrl serve`` over the IVF-PQ index (and, with ``--bm25``, over a hybrid index holding both the
    BM25 and the IVF-PQ index): its RSS once loaded and after 20 concurrent clients sent 20 requests of
    8 queries each, their errors and latencies;
@@ -94,18 +95,19 @@ def ids_of(retriever: Any) -> Any:
     return lambda e: [[i for i, _ in row] for row in retriever.search_vectors(e, 10)]
 
 
-def speed(index_dir: Path, n_queries: int, batch: int) -> dict[str, Any]:
+def speed(index_dir: Path, n_queries: int, batch: int, seed: int = 0) -> dict[str, Any]:
     """Queries/s at ``batch`` of the index and of an exact flat index over its vectors; recall@10."""
     import faiss
 
     from ragrl.retrieval.base import load_retriever
 
     dense = load_retriever(index_dir, device="cpu")
-    emb = dense.encode_queries(probe_queries(dense.passages, n_queries))
+    emb = dense.encode_queries(probe_queries(dense.passages, n_queries, seed=seed))
     flat = faiss.IndexFlatIP(dense.dim)
     for _, block in dense.vectors.blocks():
         flat.add(np.ascontiguousarray(block))
-    out: dict[str, Any] = {"queries": n_queries, "batch": batch, "threads": faiss.omp_get_max_threads()}
+    out: dict[str, Any] = {"queries": n_queries, "query_seed": seed, "batch": batch}
+    out["threads"] = faiss.omp_get_max_threads()
     found: dict[str, list[list[int]]] = {}
     for name, search in (("ivf_pq", ids_of(dense)), ("flat", lambda e: flat.search(e, 10)[1].tolist())):
         found[name], qps = timed(search, emb, batch)
@@ -130,7 +132,7 @@ default before it (half as many 4-bit codes: ``PQ{dim/4}x4fsr``, then searched a
 re-ranking 40 × k) and ``HNSW32``, all but ``built`` built here from the same vectors."""
 
 
-def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
+def sweep(index_dir: Path, n_queries: int, batch: int, seed: int = 0) -> list[dict[str, Any]]:
     """Recall@10 against exact search and queries/s at ``batch`` of the built index at other search
     settings, and of today's default IVF-PQ spec, the previous one and an HNSW32 index built from the
     same vectors (``vectors.f32``: nothing is encoded again), all searched through
@@ -142,15 +144,15 @@ def sweep(index_dir: Path, n_queries: int, batch: int) -> list[dict[str, Any]]:
     from ragrl.retrieval.dense import DenseRetriever
 
     base = load_retriever(index_dir, device="cpu")
-    emb = base.encode_queries(probe_queries(base.passages, n_queries))
+    emb = base.encode_queries(probe_queries(base.passages, n_queries, seed=seed))
     blocks = [np.ascontiguousarray(block) for _, block in base.vectors.blocks()]
     n = sum(len(b) for b in blocks)
     flat = faiss.IndexFlatIP(base.dim)
     for block in blocks:
         flat.add(block)
     spec = ann.default_spec("ivf-pq", n, base.dim)
-    specs = {"default": spec, "previous": spec.replace(f",PQ{base.dim // 2}x", f",PQ{base.dim // 4}x"),
-             "HNSW32": "HNSW32"}  # fmt: skip
+    m = next(m for m in (base.dim // 4, base.dim // 2, base.dim) if m >= 1 and base.dim % m == 0)
+    specs = {"default": spec, "previous": f"IVF{ann.nlist_of(spec)},PQ{m}x4fsr", "HNSW32": "HNSW32"}
     indexes = {
         kind: ann.build_from_shards(faiss, name, base.dim, [lambda b=b: b for b in blocks], total=n)[0]
         for kind, name in specs.items()
@@ -276,9 +278,13 @@ def main() -> None:
     ap.add_argument(
         "--sweep",
         action="store_true",
-        help="also recall and speed at other settings, today's default IVF-PQ and HNSW32 (same vectors)",
+        help="also recall and speed at other settings, today's and the previous default IVF-PQ and HNSW32 "
+        "(same vectors)",
     )
     ap.add_argument("--queries", type=int, default=320)
+    ap.add_argument(
+        "--query-seed", type=int, default=0, help="which passages the speed and sweep queries come from"
+    )
     ap.add_argument("--clients", type=int, default=20)
     args = ap.parse_args()
     tmp, work = open_workdir(args.workdir, "ragrl-retrieval-scale-")
@@ -316,7 +322,7 @@ def main() -> None:
             work, record,
         )  # fmt: skip
     print("speed ...", flush=True)
-    record["speed"] = speed(ivf, args.queries, 32)
+    record["speed"] = speed(ivf, args.queries, 32, args.query_seed)
     print(record["speed"], flush=True)
     from ragrl.retrieval.store import PassageStore
 
@@ -328,7 +334,7 @@ def main() -> None:
         print(record[name], flush=True)
     if args.sweep:
         print("sweep ...", flush=True)
-        record["sweep"] = sweep(ivf, args.queries, 32)
+        record["sweep"] = sweep(ivf, args.queries, 32, args.query_seed)
     record["bytes a passage"] = sizes(ivf, n)
     record["recall check"] = json.loads((ivf / "recall.json").read_text())
     record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -42,6 +42,7 @@ def test_default_specs_follow_the_corpus_size():
     assert ann.default_spec("ivf-pq", 21_000_000, 768) == "IVF16384,PQ384x4fsr"
     assert ann.default_spec("ivf-pq", 1000, 384) == "IVF16,PQ192x4fsr"  # at least ~39 training vectors a list
     assert ann.default_spec("ivf-pq", 1000, 6) == "IVF16,PQ3x4fsr"  # m divides dim
+    assert ann.default_spec("ivf-pq", 1000, 7) == "IVF16,PQ7x4fsr"  # else one code a dimension
     # sized on the training sample: 64 vectors a list by default, fewer lists for a smaller sample
     assert ann.auto_train_size(2_000_000, 4096) == 262_144
     assert ann.default_spec("ivf-pq", 2_000_000, 384, train_size=100_000) == "IVF2048,PQ192x4fsr"
@@ -93,7 +94,7 @@ def test_ivf_pq_with_exact_reranking_finds_what_exact_search_finds(corpus, queri
     for rows in (700, 100):  # 7 queries of 100 candidates a chunk (8 chunks and 4 left), then 1
         monkeypatch.setattr("ragrl.retrieval.dense.RERANK_ROWS", rows)
         assert ivf.search(queries, 10) == whole
-    # 8-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
+    # 16-byte codes alone lose most neighbours; exact re-ranking of more candidates wins them back
     codes_only, some, deeper = (variant(32, rerank).recall(queries)["recall@10"] for rerank in (0, 4, 20))
     assert codes_only < some < deeper
 

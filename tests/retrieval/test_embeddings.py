@@ -76,7 +76,7 @@ def test_the_vector_file_reads_rows_and_blocks_and_checks_its_size(tmp_path):
     with pytest.raises(RagrlError, match=r"vectors.f32: 1600 bytes, expected 26 vectors of 16 float32"):
         VectorFile(tmp_path / "vectors.f32", 16, 26)
     assert vectors.take(np.array([], dtype=np.int64)).shape == (0, 16)
-    for bad in (25, -1):  # past the end, or a negative offset (an OSError from pread): both named
+    for bad in (25, -1):  # past the end, or negative: refused before any read, both named
         with pytest.raises(RagrlError, match=rf"no row {bad} \(the file holds rows 0 to 24\)"):
             vectors.take(np.array([0, bad]))
     with open(tmp_path / "vectors.f32", "r+b") as f:  # cut short after loading: an error naming the file

@@ -146,7 +146,7 @@ def index(
     rerank: Annotated[
         int | None,
         typer.Option(
-            help="Dense PQ: re-score rerank × k candidates exactly (default 40; 0 or 1: off).", min=0
+            help="Dense PQ: re-score rerank × k candidates exactly (default 10; 0 or 1: off).", min=0
         ),
     ] = None,
     shard_size: Annotated[

@@ -7,7 +7,8 @@ one outright (any string ``faiss.index_factory`` reads, inner-product metric):
 * ``hnsw``: ``HNSW32``, a graph over the full vectors: fast, about as large as flat plus the links.
 * ``ivf-pq``: ``IVF{nlist},PQ{m}x4fsr``: the vectors clustered into ``nlist`` lists (a power of two
   near 4·√n, trained on a sample of ``train_size`` vectors) and their residuals compressed to ``m``
-  codes of 4 bits (``m = dim / 2``: 96 bytes for MiniLM's 384, 192 for e5-base's 768), laid out for
+  codes of 4 bits (``m = dim / 2`` when that divides ``dim``, else ``dim``: 96 bytes for MiniLM's 384,
+  192 for e5-base's 768), laid out for
   faiss's fast scan (``IndexIVFPQFastScan``, SIMD look-ups); a search visits ``nprobe`` lists.
 
 Search-time parameters, settable at load (``ragrl serve --nprobe/--ef-search/--rerank``) and part of

@@ -9,9 +9,10 @@ whose record matches its passages and whose file has its full size is kept, the 
 reused.
 
 ``VectorFile`` is the shards joined into one ``vectors.f32`` (``[n, dim]`` float32, row ``i`` =
-passage ``i``) that an index keeps for exact re-ranking and recall checks. It reads rows with
-``os.pread``, so the rows a search touched sit in the kernel's page cache, not in the process's memory.
-(A read-only memory map made the default search ~1.4× as fast on 300k passages, but each fault maps a whole
+passage ``i``) that an index keeps for exact re-ranking and recall checks. ``take`` reads each row
+straight into its place with ``os.preadv``, ``blocks`` reads with ``os.pread``, so the rows a search
+touched sit in the kernel's page cache, not in the process's memory. (A read-only memory map made the
+search of its day ~1.4× as fast on 300k passages, but each fault maps a whole
 large page-cache folio: one gather of 3,200 rows over 2M passages held 1.5 GB of mapped pages, and
 ``ragrl serve`` peaked at 3.35 GB. Gathering a few rows between hand-backs of the pages bounded that,
 and was then slower than ``pread``.)
@@ -137,7 +138,7 @@ def join_shards(files: list[Path], dim: int, out: Path) -> int:
 
 
 class VectorFile:
-    """``vectors.f32``: row ``i`` is passage ``i``'s embedding; rows are read with ``os.pread``."""
+    """``vectors.f32``: row ``i`` is passage ``i``'s embedding, read from the file on demand."""
 
     def __init__(self, path: Path, dim: int, rows: int) -> None:
         size = path.stat().st_size if path.is_file() else -1
@@ -173,13 +174,17 @@ class VectorFile:
             bad = int(ids.min() if ids.min() < 0 else ids.max())
             raise RagrlError(f"{self.path}: no row {bad} (the file holds rows 0 to {self.rows - 1})")
         out = np.empty((len(ids), self.dim), dtype=np.float32)
-        fd, size = self.fd, self._row_bytes
-        for j, i in enumerate(ids.tolist()):  # read straight into the row: 2.3x faster than pread + copy
-            got = os.preadv(fd, [out[j]], i * size)
-            if got != size:
-                raise RagrlError(
-                    f"{self.path}: {got} bytes at byte {i * size}, expected {size} (the file shrank)"
-                )
+        size = self._row_bytes
+        fd = os.dup(self.fd)  # this take's own: a close() meanwhile cannot hand its number to another file
+        try:
+            for j, i in enumerate(ids.tolist()):  # straight into the row (benchmarks/vector_reads.py)
+                got = os.preadv(fd, [out[j]], i * size)
+                if got != size:
+                    raise RagrlError(
+                        f"{self.path}: {got} bytes at byte {i * size}, expected {size} (the file shrank)"
+                    )
+        finally:
+            os.close(fd)
         return out
 
     def blocks(self, block_rows: int = 65_536):
