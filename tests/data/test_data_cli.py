@@ -62,6 +62,29 @@ def test_convert_skip_invalid(tmp_path):
     assert "skipped 1 x field 'question': missing" in result.output
 
 
+def test_convert_leaves_empty_passages_out_of_the_corpus_and_says_so(tmp_path):
+    path = tmp_path / "m.jsonl"
+    paragraphs = [
+        {"idx": 0, "title": "Ada", "paragraph_text": "Ada was born in Bree.", "is_supporting": True},
+        {"idx": 1, "title": "", "paragraph_text": "  "},  # nothing a search could find
+    ]
+    record = {
+        "id": "2hop__1_2",
+        "question": "Q?",
+        "answer": "Bree",
+        "answerable": True,
+        "paragraphs": paragraphs,
+    }
+    path.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["data", "convert", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote 1 distinct passages" in result.output and "from 2 given" in result.output
+    assert "left out 1 empty passages (no title and no text; `ragrl index` refuses them)" in result.output
+    corpus, _ = read_corpus(out / "corpus.jsonl")  # what ragrl index reads: no error
+    assert [p.title for p in corpus] == ["Ada"]
+
+
 def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"_id": "a", "answer": "A", "supporting_facts": [], "context": []}) + "\n")

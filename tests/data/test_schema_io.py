@@ -119,9 +119,10 @@ def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported
     empty = [
         {"id": "1", "contents": ""},
         {"id": "1", "contents": " \n  "},
+        {"id": "1", "contents": '" "\n'},  # a quoted blank title
         {"id": "1", "title": "", "text": " "},
     ]
-    for record, field in zip(empty, ("contents", "contents", "text"), strict=True):
+    for record, field in zip(empty, ("contents", "contents", "contents", "text"), strict=True):
         _write(jl, [json.dumps({"id": "0", "contents": "T\nbody"}), json.dumps(record)])
         with pytest.raises(
             DataError, match=rf"c.jsonl:2: field '{field}': empty passage \(no title and no text\)"
@@ -129,6 +130,10 @@ def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported
             read_corpus(jl)
     passages, report = read_corpus(jl, skip_invalid=True)
     assert [p.id for p in passages] == ["0"] and [e.line for e in report.skipped] == [2]
+    array = tmp_path / "c.json"  # a JSON array of {title, text}: the item is named
+    array.write_text(json.dumps([{"title": "T", "text": "body"}, {"title": " ", "text": ""}]))
+    with pytest.raises(DataError, match=r"JSON array item \[1\]: field 'text': empty passage"):
+        read_corpus(array)
     # a title alone, or a text alone, is a passage
     _write(
         jl,

@@ -27,6 +27,7 @@ class ConvertResult:
     corpus_path: Path | None = None  # None when no question came with passages
     n_passages: int = 0
     n_passage_mentions: int = 0  # passages over all questions, before de-duplication
+    empty_passages: list[str] = field(default_factory=list)  # ids left out of the corpus: no title, no text
     stale_corpus: bool = False  # an earlier corpus.jsonl was left in place untouched
     unresolved: list[tuple[str, list]] = field(default_factory=list)  # (question id, facts)
 
@@ -41,6 +42,12 @@ class ConvertResult:
                 f"wrote {self.n_passages} distinct passages to {self.corpus_path} "
                 f"(from {self.n_passage_mentions} given with the questions)"
             )
+            if self.empty_passages:
+                ids = ", ".join(self.empty_passages[:5]) + (", ..." if len(self.empty_passages) > 5 else "")
+                lines.append(
+                    f"  left out {len(self.empty_passages)} empty passages (no title and no text; "
+                    f"`ragrl index` refuses them): {ids}"
+                )
         else:
             lines.append("no corpus written: the questions come without contexts")
             if self.stale_corpus:
@@ -61,15 +68,21 @@ class ConvertResult:
         return "\n".join(lines)
 
 
-def build_corpus(examples: list[Example]) -> tuple[list[Passage], int]:
-    """Distinct given passages in first-seen order, and how many were given in all."""
+def build_corpus(examples: list[Example]) -> tuple[list[Passage], int, list[str]]:
+    """Distinct given passages in first-seen order, how many were given in all, and the ids of those
+    left out because they have neither a title nor a text (no search could find them by their words,
+    and ``ragrl index`` refuses them)."""
     by_id: dict[str, Passage] = {}
+    empty: dict[str, None] = {}
     mentions = 0
     for ex in examples:
         for p in ex.passages or ():
             mentions += 1
-            by_id.setdefault(p.id, p)
-    return list(by_id.values()), mentions
+            if p.title.strip() or p.text.strip():
+                by_id.setdefault(p.id, p)
+            else:
+                empty.setdefault(p.id)
+    return list(by_id.values()), mentions, list(empty)
 
 
 def convert(
@@ -93,7 +106,7 @@ def convert(
         if ex.metadata.get("unresolved_supporting_facts")
     ]
     if any(ex.passages is not None for ex in examples):
-        passages, mentions = build_corpus(examples)
+        passages, mentions, result.empty_passages = build_corpus(examples)
         result.corpus_path = out / CORPUS_FILE
         result.n_passages = write_corpus(result.corpus_path, passages)
         result.n_passage_mentions = mentions
