@@ -169,3 +169,18 @@ def test_saving_vectors_links_or_copies_and_never_loses_them(corpus, queries, tm
     # an exact index rebuilt where an approximate one was leaves no stale vectors behind
     build(corpus[:50]).save(tmp_path / "b")
     assert not (tmp_path / "b" / "vectors.f32").exists()
+
+
+def test_build_from_shards_trains_on_the_sample_it_draws_and_checks_the_shards_total():
+    import faiss
+
+    vectors = np.random.default_rng(0).standard_normal((1000, 8), dtype=np.float32)
+    shards = [lambda: vectors[:300], lambda: vectors[300:700], lambda: vectors[700:]]
+    index, trained_on = ann.build_from_shards(faiss, "IVF4,Flat", 8, shards, total=1000, train_size=200)
+    assert trained_on == 200 and index.ntotal == 1000
+    reference = ann.new_index(faiss, "IVF4,Flat", 8)  # trained on the same rows, read at once
+    reference.train(vectors[ann.train_sample(1000, 200)])
+    reference.add(vectors)
+    assert np.array_equal(index.quantizer.reconstruct_n(0, 4), reference.quantizer.reconstruct_n(0, 4))
+    with pytest.raises(RagrlError, match="IVF4,Flat: the shards hold 700 vectors, expected 1,000"):
+        ann.build_from_shards(faiss, "IVF4,Flat", 8, shards[:2], total=1000, train_size=200)

@@ -113,19 +113,23 @@ def build_from_shards(
     trained_on = None
     if not index.is_trained:
         rows = train_sample(total, train_size or auto_train_size(total, nlist_of(spec)))
-        sample, start = [], 0
+        sample, start = np.empty((len(rows), dim), dtype=np.float32), 0  # filled in place: held once
         for read in shards:
             block = read()
             end = start + block.shape[0]
-            sample.append(block[rows[(rows >= start) & (rows < end)] - start])
+            lo, hi = np.searchsorted(rows, (start, end))  # the sorted sample's rows in this shard
+            sample[lo:hi] = block[rows[lo:hi] - start]
             start = end
+        if start != total:
+            raise RagrlError(f"{spec}: the shards hold {start:,} vectors, expected {total:,}")
         try:
-            index.train(np.ascontiguousarray(np.concatenate(sample)))
+            index.train(sample)
         except RuntimeError as e:
             raise RagrlError(
                 f"{spec}: faiss cannot train it on {len(rows):,} vectors ({_faiss_message(e)}); give a "
                 "larger --train-size or a smaller index (--index-spec)"
             ) from None
+        del sample  # before the index fills
         trained_on = len(rows)
     for read in shards:
         index.add(read())
