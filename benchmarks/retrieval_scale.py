@@ -283,7 +283,10 @@ def main() -> None:
     )
     ap.add_argument("--queries", type=int, default=320)
     ap.add_argument(
-        "--query-seed", type=int, default=0, help="which passages the speed and sweep queries come from"
+        "--query-seed",
+        type=int,
+        default=0,
+        help="which passages the speed and sweep queries come from (not 0: steps-query-seed-N.json)",
     )
     ap.add_argument("--clients", type=int, default=20)
     args = ap.parse_args()
@@ -337,6 +340,8 @@ def main() -> None:
         record["sweep"] = sweep(ivf, args.queries, 32, args.query_seed)
     record["bytes a passage"] = sizes(ivf, n)
     record["recall check"] = json.loads((ivf / "recall.json").read_text())
+    if args.query_seed:  # steps.json keeps the figures of the queries the defaults were chosen on
+        record_path = work / f"steps-query-seed-{args.query_seed}.json"
     record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     lines = [f"| step ({n:,} passages) | wall s | peak RSS MB |", "|---|---|---|"]

@@ -12,7 +12,6 @@ a while. Prints microseconds a row for each and, last, the ratio pread ÷ preadv
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -23,15 +22,12 @@ from ragrl.retrieval.embeddings import VectorFile
 
 
 def pread_and_copy(vectors: VectorFile, ids: np.ndarray) -> np.ndarray:
-    """The baseline, ``take`` as it was: a ``pread`` a row into new bytes (the open file looked up and
-    the length checked each time), then copied into the output."""
+    """The baseline, ``take`` as it was (bd8dfcf): ``VectorFile._read`` a row (one ``pread`` into new
+    bytes, the open file looked up and the length checked), then copied into the output."""
     out = np.empty((len(ids), vectors.dim), dtype=np.float32)
     size = vectors.dim * 4
     for j, i in enumerate(ids.tolist()):
-        raw = os.pread(vectors.fd, size, i * size)
-        if len(raw) != size:
-            raise SystemExit(f"{vectors.path}: a short read at row {i}")
-        out[j] = np.frombuffer(raw, dtype=np.float32)
+        out[j] = np.frombuffer(vectors._read(size, i * size), dtype=np.float32)
     return out
 
 

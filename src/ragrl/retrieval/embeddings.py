@@ -175,7 +175,7 @@ class VectorFile:
             raise RagrlError(f"{self.path}: no row {bad} (the file holds rows 0 to {self.rows - 1})")
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         size = self._row_bytes
-        fd = os.dup(self.fd)  # this take's own: a close() meanwhile cannot hand its number to another file
+        fd = os.dup(self.fd)  # this take's own for all its reads: a close() once it holds it changes nothing
         try:
             for j, i in enumerate(ids.tolist()):  # straight into the row (benchmarks/vector_reads.py)
                 got = os.preadv(fd, [out[j]], i * size)
