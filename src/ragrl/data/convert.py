@@ -78,10 +78,10 @@ def build_corpus(examples: list[Example]) -> tuple[list[Passage], int, list[str]
     for ex in examples:
         for p in ex.passages or ():
             mentions += 1
-            if p.title.strip() or p.text.strip():
-                by_id.setdefault(p.id, p)
-            else:
+            if p.empty:
                 empty.setdefault(p.id)
+            else:
+                by_id.setdefault(p.id, p)
     return list(by_id.values()), mentions, list(empty)
 
 

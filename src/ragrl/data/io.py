@@ -257,7 +257,7 @@ def _passage_from_record(record: Any, path: str, line: int) -> Passage:
     """A corpus record's passage; a record with neither a title nor a text is refused: it could never
     be found by its words, and a dense index would hand an empty passage to the agent."""
     passage = _passage_fields(record, path, line)
-    if not passage.title.strip() and not passage.text.strip():
+    if passage.empty:
         field = "contents" if "contents" in record else "text"
         raise DataError("empty passage (no title and no text)", path=path, line=line, field=field)
     return passage

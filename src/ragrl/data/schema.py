@@ -64,6 +64,11 @@ class Passage:
     def contents(self) -> str:
         return f"{self.title}\n{self.text}"
 
+    @property
+    def empty(self) -> bool:
+        """Neither a title nor a text: no search could find it by its words (corpora refuse it)."""
+        return not self.title.strip() and not self.text.strip()
+
     def to_corpus_record(self) -> dict[str, str]:
         return {"id": self.id, "contents": self.contents}
 
