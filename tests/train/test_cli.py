@@ -319,6 +319,7 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
     ]  # fmt: skip
     config = (out / "config.yaml").read_text()
     assert f"path: {toy_base}" in config and "name_swap: 0.0" in config
+    assert "turns: last" in config  # the warm start learns the answer turns: reading, not searching
     assert verify_checksums(toy_base) > 0
     # the SFT-only control: the warm start trained on for the RL stage's time, then the same evaluation
     from ragrl.train.demo import sft_control

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from ragrl.data.io import read_examples
+from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.methods import load_method
 from ragrl.retrieval.base import load_retriever
@@ -87,3 +89,37 @@ def test_a_stepwise_method_renames_each_turn_sample(world_dir, tmp_path):
     trainer.name_swap.sample = lambda row, rng: calls.append(row) or sample(row, rng)
     assert trainer.step()["loss"] > 0
     assert len(calls) == 4 and all(row in trainer.demonstrations for row in calls)  # the batch's samples
+
+
+def test_turns_last_learns_only_the_answer_turn_on_the_same_sequence(world_dir, tmp_path):
+    method = load_method(
+        "search_r1-tiny",
+        [f"train.model.path={world_dir / 'model'}", f"train.out={tmp_path / 'sft'}", "train.sft.turns=last",
+         "train.sft.batch_size=4", "train.sft.max_steps=1", "train.optim.warmup_steps=0"],
+    )  # fmt: skip
+    model, tokenizer = load_policy(method.train.model, torch.device("cpu"))
+    examples, _ = read_examples(world_dir / "train.jsonl")
+    demos = demonstration_trajectories(
+        method, tokenizer, OracleDemonstrator(), examples[:4], load_retriever(world_dir / "bm25")
+    )
+    assert all(t.num_searches >= 2 for t in demos)  # multi-hop: earlier turns that are searches
+    trainer = SFTTrainer(method, method.train, demos, eval_examples=[], model=model, tokenizer=tokenizer)
+    for demo, kept in zip(demos, trainer.demonstrations, strict=True):
+        last = [s for s in demo.segments if s.kind == "policy"][-1]
+        assert kept.completion_ids == demo.completion_ids and kept.prompt_ids == demo.prompt_ids
+        assert kept.num_policy_tokens == len(last.token_ids) < demo.num_policy_tokens
+        assert kept.loss_mask[-len(last.token_ids) :] == [1] * len(last.token_ids)
+        assert "<answer>" in last.text and kept.actions == demo.actions
+    # the loss is the mean over the answer turns' tokens only
+    b = sequence_batch(trainer.demonstrations, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp = token_logprobs(model, b.input_ids, b.attention_mask, start=b.start)
+    expected = float(-(logp * b.loss_mask).sum() / b.loss_mask.sum())
+    assert abs(trainer.step()["loss"] - expected) < 1e-4
+
+
+def test_turns_last_is_refused_for_a_stepwise_method_and_checked_when_the_config_loads(world_dir, tmp_path):
+    with pytest.raises(RagrlError, match="train.sft.turns: last needs whole-episode demonstrations"):
+        _stepwise_sft(world_dir, tmp_path, "train.sft.turns=last")
+    with pytest.raises(RagrlError, match=r"train.sft.turns must be all\|last, got 'first'"):
+        load_method("search_r1-tiny", ["train.sft.turns=first"])

@@ -194,6 +194,10 @@ class SFTConfig:
     world: str | None = None
     """world.json whose names ``name_swap`` renames, here and in GRPO's ``train.grpo.name_swap`` (None:
     next to ``train.data.train``)."""
+    turns: str = "all"
+    """Which policy turns of a demonstration are learned: ``all``, or ``last`` (the turn that ends the
+    episode, e.g. the evidence quoted and the answer; the earlier turns, e.g. the searches, stay in the
+    sequence as context without a loss: the warm start learns to read the world, not how to search it)."""
 
 
 @dataclass

@@ -184,6 +184,8 @@ def check_train_config(config: Any) -> None:
         raise RagrlError(
             f"train.sft.name_swap is a share of demonstrations in [0, 1], got {config.sft.name_swap}"
         )
+    if config.sft.turns not in ("all", "last"):
+        raise RagrlError(f"train.sft.turns must be all|last, got {config.sft.turns!r}")
     if config.mixed_precision == "False":  # YAML reads an unquoted `no` as the boolean false
         config.mixed_precision = "no"
     if config.mixed_precision not in ("no", "bf16", "fp16"):

@@ -9,7 +9,8 @@
    with a word-level tokenizer, and pre-trained to copy (``ragrl.llm.copy_pretrain``);
 3. a *partial* SFT warm start on the **quoting oracle**'s trajectories of this world's training
    questions (``QuotingOracle``: entity queries, the evidence sentence quoted before each step):
-   ``BASE_SETTINGS`` from the base, ``DEMO_SETTINGS``' name-swapped one from scratch;
+   ``BASE_SETTINGS`` from the base (the answer turns only: reading, not searching), ``DEMO_SETTINGS``'
+   name-swapped one from scratch;
 4. train it with GRPO and the Search-R1 method (``methods/configs/search_r1-tiny.yaml`` with the
    demo's settings: the one-line prompt, the rollout temperature, a lower rate, the answerable
    training questions only; from the base, the BPE's longer token limits), evaluated on the world's
@@ -73,9 +74,12 @@ BASE_SETTINGS = (
     "rollout.max_obs_tokens=256",
     "train.sft.batch_size=32",
     "train.sft.lr=1e-3",
-    # a short warm start on this world's quoting-oracle demonstrations: measured over seeds 0-2 against
-    # none and 100 steps (docs/training.md, "Measured: the demo on the reader base")
+    # a short warm start on this world's quoting-oracle demonstrations, their answer turns only: the
+    # policy learns to read this world (quote the evidence, then answer), not how to search it, which
+    # GRPO learns (the second hop). Measured over seeds 0-2 against every turn, none and 100 steps
+    # (docs/training.md, "Measured: the demo on the reader base")
     "train.sft.max_steps=25",
+    "train.sft.turns=last",
 )
 """The demo's warm start and GRPO from the pretrained reader base, over ``DEMO_SETTINGS`` (whose name
 swap needs a word-level tokenizer: the base's BPE spells names, and has read other worlds' facts). The

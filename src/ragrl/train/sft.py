@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.rollout.sample import Sample
 from ragrl.rollout.scripted import DemonstratorBackend
-from ragrl.rollout.trajectory import Trajectory
+from ragrl.rollout.trajectory import Segment, Trajectory
 from ragrl.train.augment import NameSwap
 from ragrl.train.base import Trainer
 from ragrl.train.batch import sequence_batch
@@ -45,6 +46,18 @@ def demonstration_trajectories(
         tokenizer, demonstrator, examples, method.protocol, retriever, method.rollout.k
     )
     return method.make_rollout(backend, retriever).run(list(examples), n=1, seed=0)
+
+
+def last_turn_only(trajectory: Trajectory) -> Trajectory:
+    """The demonstration with only its last policy turn learned (``train.sft.turns: last``): every
+    earlier policy segment becomes context, an env segment with the same tokens, so the sequence the
+    model sees is unchanged and only the loss mask shrinks."""
+    last = max(i for i, s in enumerate(trajectory.segments) if s.kind == "policy")
+    segments = [
+        s if s.kind == "env" or i == last else Segment("env", list(s.token_ids), s.text)
+        for i, s in enumerate(trajectory.segments)
+    ]
+    return replace(trajectory, segments=segments)
 
 
 class SFTTrainer(Trainer):
@@ -67,6 +80,13 @@ class SFTTrainer(Trainer):
         if config.sft.name_swap > 0:
             self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.sft.name_swap")
         rollout = method.make_rollout(_NoGeneration(self.tokenizer), self.retriever)
+        if config.sft.turns == "last":
+            if getattr(rollout, "keeps_step_contexts", False):
+                raise RagrlError(
+                    "train.sft.turns: last needs whole-episode demonstrations; this method trains "
+                    "each step on its own context (set train.sft.turns: all)"
+                )
+            self.demonstrations = [last_turn_only(t) for t in self.demonstrations]
         if getattr(rollout, "keeps_step_contexts", False):
             # a step-wise method trains every turn on the context it was generated after (after a
             # backtrack that is not the whole record): the rollout's own samples, each renamed on its own
