@@ -326,6 +326,7 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
 
     control = sft_control(out, seconds=0.01)
     assert control["steps"] == 1 and control["n"] == summary["held_out"]["after GRPO"]["n"]
+    assert control["turns"] == "all"  # plain SFT: the searches are learned too
     assert json.loads((out / "sft_control" / "scores.json").read_text()) == control
     assert summary["rl_seconds"] > 0
     bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "x"), "--base", str(tmp_path / "none")])

@@ -310,9 +310,11 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     """The SFT-only control of a finished demo run in ``out``: its warm start trained on with SFT on the
     same demonstrations (from the run's start when it had no warm start) for about ``seconds`` more (the
     RL stage's wall time, its dev evaluations included: a budget that favours the control; the steps
-    that fit are set from the time of the first ``PROBE_STEPS``), then evaluated on the held-out test
-    questions as the closing table's rows are. Written to
-    ``out/sft_control/``; returns the row with ``steps`` and ``seconds``."""
+    that fit are set from the time of the first ``PROBE_STEPS``), learning every turn of the
+    demonstrations (``train.sft.turns: all``: the searches too, where the demo's warm start learned the
+    answer turns only), then evaluated on the held-out test questions as the closing table's rows are.
+    Written to
+    ``out/sft_control/``; returns the row with ``steps``, ``seconds`` and ``turns``."""
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_examples
     from ragrl.eval.runner import evaluate
@@ -327,7 +329,10 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     # from the warm start, or from the run's own start when it had none (``warm_start=False``)
     start = [f"train.model.path={warm}"] if warm.is_dir() else []
     upper = max(1, int(seconds / MIN_SFT_STEP_SECONDS))
-    method = load_method(out / "config.yaml", [*start, f"train.sft.max_steps={upper}", *overrides])
+    # plain SFT, every turn of the demonstrations learned, whatever the warm start learned
+    method = load_method(
+        out / "config.yaml", [*start, f"train.sft.max_steps={upper}", "train.sft.turns=all", *overrides]
+    )
     config = method.train
     config.seed += CONTROL_SEED_OFFSET  # its batches continue the warm start's, not replay them
     world_dir = out / "world"
@@ -355,7 +360,12 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     report = evaluate(
         sft.backend, retriever, method, held_out, seed=config.seed, temperature=config.eval_temperature
     )
-    row = {**_held_out(report, held_out), "steps": steps, "seconds": round(took, 1)}
+    row = {
+        **_held_out(report, held_out),
+        "steps": steps,
+        "seconds": round(took, 1),
+        "turns": config.sft.turns,
+    }
     (out / "sft_control" / "scores.json").write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
     return row
 
