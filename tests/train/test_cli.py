@@ -308,7 +308,15 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
 
     toy_base, _ = toy_base
     out = tmp_path / "demo"
-    args = ["demo", "--out", str(out), "--base", str(toy_base), *sets(*TINY, "train.steps=1")]
+    # the warm start learns the demonstrations' answer turns, which TINY's 2 turns of 8 tokens cut off
+    args = [
+        "demo",
+        "--out",
+        str(out),
+        "--base",
+        str(toy_base),
+        *sets(*TINY, "train.steps=1", "rollout.max_turns=4", "rollout.max_new_tokens=96"),
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -327,6 +335,15 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
     control = sft_control(out, seconds=0.01)
     assert control["steps"] == 1 and control["n"] == summary["held_out"]["after GRPO"]["n"]
     assert control["turns"] == "all"  # plain SFT: the searches are learned too
+    tokens = {  # the policy tokens a step learns: every turn's against the answer turns'
+        part: [
+            r["tokens"]
+            for r in map(json.loads, (out / part / "metrics.jsonl").read_text().splitlines())
+            if "tokens" in r
+        ]
+        for part in ("warm_start", "sft_control")
+    }
+    assert min(tokens["sft_control"]) > 1.5 * max(tokens["warm_start"])
     assert json.loads((out / "sft_control" / "scores.json").read_text()) == control
     assert summary["rl_seconds"] > 0
     bad = runner.invoke(app, ["demo", "--out", str(tmp_path / "x"), "--base", str(tmp_path / "none")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -103,7 +104,10 @@ def test_turns_last_learns_only_the_answer_turn_on_the_same_sequence(world_dir, 
         method, tokenizer, OracleDemonstrator(), examples[:4], load_retriever(world_dir / "bm25")
     )
     assert all(t.num_searches >= 2 for t in demos)  # multi-hop: earlier turns that are searches
-    trainer = SFTTrainer(method, method.train, demos, eval_examples=[], model=model, tokenizer=tokenizer)
+    cut = dataclasses.replace(demos[0], truncated=True, example_id="cut")  # no ending turn: left out
+    trainer = SFTTrainer(
+        method, method.train, [*demos, cut], eval_examples=[], model=model, tokenizer=tokenizer
+    )
     for demo, kept in zip(demos, trainer.demonstrations, strict=True):
         last = [s for s in demo.segments if s.kind == "policy"][-1]
         assert kept.completion_ids == demo.completion_ids and kept.prompt_ids == demo.prompt_ids
@@ -116,6 +120,8 @@ def test_turns_last_learns_only_the_answer_turn_on_the_same_sequence(world_dir, 
         logp = token_logprobs(model, b.input_ids, b.attention_mask, start=b.start)
     expected = float(-(logp * b.loss_mask).sum() / b.loss_mask.sum())
     assert abs(trainer.step()["loss"] - expected) < 1e-4
+    with pytest.raises(RagrlError, match="every demonstration was cut short by a budget"):
+        SFTTrainer(method, method.train, [cut], eval_examples=[], model=model, tokenizer=tokenizer)
 
 
 def test_turns_last_is_refused_for_a_stepwise_method_and_checked_when_the_config_loads(world_dir, tmp_path):

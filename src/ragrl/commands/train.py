@@ -304,7 +304,8 @@ def demo(
         bool,
         typer.Option(
             help="The SFT warm start on the world's quoting-oracle demonstrations before GRPO (25 steps "
-            "from a base, 200 name-swapped ones from scratch); --no-warm-start: GRPO from the policy as is."
+            "of their answer turns from a base, 200 name-swapped ones from scratch); --no-warm-start: "
+            "GRPO from the policy as is."
         ),
     ] = True,
     set_: SetOption = None,

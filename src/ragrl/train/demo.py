@@ -224,8 +224,10 @@ def run_demo(
     warm_steps = 0
     if warm_start:
         demos = demonstration_trajectories(method, tokenizer, QuotingOracle(), train, retriever)
+        turns = "their answer turns" if config.sft.turns == "last" else "every turn"
         console.print(
-            f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} quoting-oracle trajectories"
+            f"demo: SFT warm start, {config.sft.max_steps} steps on {len(demos)} quoting-oracle "
+            f"trajectories ({turns})"
         )
         sft = SFTTrainer(
             method, config, demos, run_dir=out / "warm_start", eval_examples=[], retriever=retriever,

@@ -21,6 +21,7 @@ import torch
 
 from ragrl.config import Method
 from ragrl.config.train import TrainConfig
+from ragrl.console import console
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.llm.logprobs import token_logprobs
@@ -86,7 +87,17 @@ class SFTTrainer(Trainer):
                     "train.sft.turns: last needs whole-episode demonstrations; this method trains "
                     "each step on its own context (set train.sft.turns: all)"
                 )
-            self.demonstrations = [last_turn_only(t) for t in self.demonstrations]
+            # a demonstration cut short by a budget has no ending turn to learn: left out, and said so
+            ended = [t for t in self.demonstrations if not t.truncated]
+            if len(ended) < len(self.demonstrations) and self.acc.is_main_process:
+                console.print(
+                    f"train.sft.turns: last: {len(self.demonstrations) - len(ended)} of "
+                    f"{len(self.demonstrations)} demonstrations were cut short by a budget (no ending "
+                    "turn): left out"
+                )
+            if not ended:
+                raise RagrlError("train.sft.turns: last: every demonstration was cut short by a budget")
+            self.demonstrations = [last_turn_only(t) for t in ended]
         if getattr(rollout, "keeps_step_contexts", False):
             # a step-wise method trains every turn on the context it was generated after (after a
             # backtrack that is not the whole record): the rollout's own samples, each renamed on its own
