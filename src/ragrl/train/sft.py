@@ -81,8 +81,9 @@ class SFTTrainer(Trainer):
         if config.sft.name_swap > 0:
             self.name_swap = NameSwap.for_run(config, self.tokenizer, "train.sft.name_swap")
         rollout = method.make_rollout(_NoGeneration(self.tokenizer), self.retriever)
+        stepwise = getattr(rollout, "keeps_step_contexts", False)
         if config.sft.turns == "last":
-            if getattr(rollout, "keeps_step_contexts", False):
+            if stepwise:
                 raise RagrlError(
                     "train.sft.turns: last needs whole-episode demonstrations; this method trains "
                     "each step on its own context (set train.sft.turns: all)"
@@ -98,7 +99,7 @@ class SFTTrainer(Trainer):
             if not ended:
                 raise RagrlError("train.sft.turns: last: every demonstration was cut short by a budget")
             self.demonstrations = [last_turn_only(t) for t in ended]
-        if getattr(rollout, "keeps_step_contexts", False):
+        if stepwise:
             # a step-wise method trains every turn on the context it was generated after (after a
             # backtrack that is not the whole record): the rollout's own samples, each renamed on its own
             samples = rollout.samples(self.demonstrations)
