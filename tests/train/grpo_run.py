@@ -2,7 +2,8 @@
 or on two processes under ``torchrun --standalone --nproc_per_node 2`` with ``ACCELERATE_USE_CPU=true``.
 Writes the policy's state dict after STEPS steps (default 1) to OUT.pt from the main process, and from
 every process ``sampler-<rank>.json`` (its prompt sampler's position and the refill rounds of each
-step). ``GRPO_RUN_REWARD=em`` trains on EM alone. Used by test_grpo.py (1 against 2 processes)."""
+step). ``GRPO_RUN_REWARD=em`` trains on EM alone. Used by test_grpo.py (1 against 2 processes); its
+``small_method``, ``weights`` and ``records`` are the GRPO tests' helpers."""
 
 from __future__ import annotations
 
@@ -55,6 +56,22 @@ def small_method(world: Path, run_dir: Path, *extra: str):  # noqa: ANN201
     return method
 
 
+VOLATILE = {"time", "step_seconds", "rollout_seconds", "logprob_seconds", "update_seconds"}
+
+
+def weights(trainer: GRPOTrainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
+
+
+def records(run_dir: Path, kind: str = "train") -> list[dict]:
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] == kind:
+            out.append({k: v for k, v in r.items() if k not in VOLATILE})
+    return out
+
+
 def leave() -> None:
     """Exit as ragrl.cli does: gloo's threads abort some processes in the interpreter's teardown."""
     if torch.distributed.is_initialized():
@@ -78,8 +95,8 @@ if __name__ == "__main__":
               "refill_rounds": [r["refill_rounds"] for r in results],
               "grad_norm": [r["grad_norm"] for r in results]}  # fmt: skip
     (out.parent / f"sampler-{trainer.acc.process_index}.json").write_text(json.dumps(record))
-    weights = trainer.parallel.full_state_dict(trainer.model)  # every process: a gather when sharded
+    state = trainer.parallel.full_state_dict(trainer.model)  # every process: a gather when sharded
     if trainer.acc.is_main_process:
-        torch.save({k: v.detach().clone() for k, v in weights.items()}, out)
+        torch.save({k: v.detach().clone() for k, v in state.items()}, out)
     trainer.acc.wait_for_everyone()
     leave()

@@ -229,3 +229,15 @@ def test_advantage_tensor_scalars_and_per_token_lists() -> None:
     samples[2].advantage = None
     with pytest.raises(ValueError, match="needs its advantage"):
         advantage_tensor(samples, b)
+
+
+def test_minibatches_hold_whole_groups_and_chunks_cut_them() -> None:
+    from ragrl.train.batch import chunks, group_minibatches
+
+    group_ids = [7, 7, 3, 3, 3, 9, 7]  # groups in order of first appearance: 7, 3, 9
+    assert group_minibatches(group_ids, 2) == [[0, 1, 2, 3, 4, 6], [5]]
+    assert group_minibatches(group_ids, 1) == [list(range(7))]
+    assert group_minibatches([], 2) == [[], []]
+    assert chunks([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3], [4]]
+    assert chunks([0, 1, 2], 0) == [[0, 1, 2]]
+    assert chunks([], 4) == []

@@ -10,6 +10,7 @@ tokens and padding are 0).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -107,3 +108,23 @@ def advantage_tensor(samples: Sequence[Sequenceable], batch: SequenceBatch) -> t
                 )
             out[b, offset : offset + n] = torch.tensor(v, dtype=torch.float32)
     return out
+
+
+def group_minibatches(group_ids: list[int], parts: int) -> list[list[int]]:
+    """Split row indices ``0..len(group_ids)-1`` into ``parts`` minibatches of whole groups (in group
+    order; a minibatch may be empty on a process whose groups were all filtered out)."""
+    order = list(dict.fromkeys(group_ids))
+    per = math.ceil(len(order) / parts) if order else 0
+    out = []
+    for p in range(parts):
+        chosen = set(order[p * per : (p + 1) * per])
+        out.append([i for i, gid in enumerate(group_ids) if gid in chosen])
+    return out
+
+
+def chunks(items: list[int], size: int) -> list[list[int]]:
+    """``items`` in consecutive pieces of ``size`` (one piece when ``size`` is 0)."""
+    if not items:
+        return []
+    size = size or len(items)
+    return [items[i : i + size] for i in range(0, len(items), size)]

@@ -16,7 +16,7 @@ One step, top to bottom (``GRPOTrainer.step``):
 6. ``ppo_epochs`` passes of minibatch updates: the registered policy loss (PPO-clip) + β·KL, aggregated
    over the *global* minibatch, gradient clipping, an optimizer and LR-schedule step, the NaN/inf
    watchdog;
-7. diagnostics into ``metrics.jsonl`` (the method's per-episode and per-step ones included).
+7. diagnostics into ``metrics.jsonl`` (``step_metrics``; the method's per-episode and per-step ones included).
 
 Losses are scaled so that ``accelerate launch --num_processes N`` computes the same update as one
 process: each process divides its token (or sequence) sum by the global count, and DDP's gradient
@@ -39,20 +39,20 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from ragrl.algos import compute_advantages, engine_mismatch, get_filter, group_stats, policy_loss, tis_weights
+from ragrl.algos import compute_advantages, engine_mismatch, get_filter, policy_loss, tis_weights
 from ragrl.config import Method
 from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.eval.runner import rollout_stats
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.rewards.registry import RewardContext, RewardResult
 from ragrl.rollout.sample import Sample, return_to_go
 from ragrl.rollout.trajectory import Trajectory
 from ragrl.train.augment import NameSwap, RenamedRetriever, WorldRenaming
 from ragrl.train.base import Trainer
-from ragrl.train.batch import SequenceBatch, advantage_tensor, sequence_batch
+from ragrl.train.batch import SequenceBatch, advantage_tensor, chunks, group_minibatches, sequence_batch
 from ragrl.train.rollout_engine import make_rollout_engine
+from ragrl.train.step_metrics import Averages, episode_rows, reduce_dicts, summarize
 
 
 def check_learnable(method: Method) -> None:
@@ -234,18 +234,10 @@ class GRPOTrainer(Trainer):
             for sample in r.samples:
                 episode_kept[base + sample.episode] |= id(sample) in used
             base += len(r.episodes)
-        metrics = self._step_metrics(
-            episodes,
-            results,
-            diagnostics,
-            torch.tensor([x.total for x in results], dtype=torch.float32),
-            torch.tensor([t.metadata["group"] for t in episodes]),
-            episode_kept,
-            update,
-        )
+        metrics = self._step_metrics(episodes, results, diagnostics, episode_kept.tolist(), update)
         step_diagnostics = self.method.diagnose_step(episodes, owners, results, self.config)
         if self.acc.num_processes > 1:  # each process's whole groups, reduced over processes
-            step_diagnostics = _reduce_dicts(gather_object([step_diagnostics]))
+            step_diagnostics = reduce_dicts(gather_object([step_diagnostics]))
         metrics.update(step_diagnostics)
         if self.source is not None:
             metrics.update(self.source.metrics())
@@ -365,7 +357,7 @@ class GRPOTrainer(Trainer):
         _synchronize(self.acc.device)
         t_logprobs = time.perf_counter() - t0
         by_tokens = g.loss_agg == "token_mean"  # otherwise the loss is a mean over sequences
-        stats = _Averages()
+        stats = Averages()
         loss_total = 0.0  # this process's share of each minibatch loss × N (mean over processes = loss)
         for epoch in range(g.ppo_epochs):
             for mb in minibatches:
@@ -431,11 +423,11 @@ class GRPOTrainer(Trainer):
         dev = self.acc.device
         recompute = self._recomputes()
         out = []
-        for mb in _split_groups([s.group for s in samples], g.minibatches):
-            chunks = _chunks(mb, g.micro_batch_size)
-            passes = int(self.global_max(len(chunks))) if self.parallel.lockstep else len(chunks)
+        for mb in group_minibatches([s.group for s in samples], g.minibatches):
+            pieces = chunks(mb, g.micro_batch_size)
+            passes = int(self.global_max(len(pieces))) if self.parallel.lockstep else len(pieces)
             micro_batches: list[tuple[SequenceBatch, torch.Tensor] | None] = []
-            for rows in chunks + [None] * (passes - len(chunks)):
+            for rows in pieces + [None] * (passes - len(pieces)):
                 if rows is None:
                     with torch.no_grad():  # the no-grad passes the real micro-batches make
                         if recompute:
@@ -506,49 +498,12 @@ class GRPOTrainer(Trainer):
         return token_logprobs(self.model if model is None else model, ids).sum() * 0.0
 
     # -- metrics ---------------------------------------------------------------------------------------
-    def _step_metrics(
-        self, rollouts, results, diagnostics, rewards, group_ids, keep, update
-    ) -> dict[str, Any]:  # noqa: ANN001
-        stats = rollout_stats(rollouts)
-        rows = [
-            {
-                "reward": r.total,
-                **{f"reward/{k}": v for k, v in r.components.items()},
-                **s,
-                "diagnostics": d,
-                "group": int(gid),
-                "kept": bool(k),
-            }
-            for r, s, d, gid, k in zip(
-                results, stats, diagnostics, group_ids.tolist(), keep.tolist(), strict=True
-            )
-        ]
+    def _step_metrics(self, episodes, results, diagnostics, kept, update) -> dict[str, Any]:  # noqa: ANN001
+        """The step's metrics (``step_metrics``) over every process's episodes, and the update's."""
+        rows = episode_rows(episodes, results, diagnostics, [t.metadata["group"] for t in episodes], kept)
         rows = gather_object(rows) if self.acc.num_processes > 1 else rows
-        update = _reduce_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
-        all_rewards = torch.tensor([r["reward"] for r in rows])
-        groups = group_stats(all_rewards, torch.tensor([r["group"] for r in rows]))
-        out: dict[str, Any] = {"reward": _avg(rows, "reward")}
-        for key in self.method.reward.keys:
-            out[f"reward/{key}"] = _avg(rows, f"reward/{key}")
-        if self.method.reward.scheduled and results:  # the weights in force at this step
-            out.update({f"reward_weight/{k}": w for k, w in results[0].weights.items()})
-            out.update({f"schedule/{label}": f for label, f in results[0].factors.items()})
-        out.update(
-            group_reward_std=groups["reward_std_in_group"],
-            zero_variance_frac=groups["zero_variance_share"],
-            kept_frac=_avg(rows, "kept"),
-            response_len=_avg(rows, "policy_tokens"),
-            searches=_avg(rows, "searches"),
-            answer_rate=_avg(rows, "answered"),
-            invalid_actions=_avg(rows, "invalid_actions"),
-            truncation_rate=_avg(rows, "truncated"),
-            lr=self.scheduler.get_last_lr()[0],
-        )
-        for key in dict.fromkeys(k for row in rows for k in row["diagnostics"]):
-            values = [row["diagnostics"][key] for row in rows if key in row["diagnostics"]]
-            out[key] = sum(values) / len(values)
-        out.update(update)
-        return out
+        update = reduce_dicts(gather_object([update]) if self.acc.num_processes > 1 else [update])
+        return {**summarize(rows, self.method, results, lr=self.scheduler.get_last_lr()[0]), **update}
 
     def _maybe_write_samples(self, rollouts: list[Trajectory]) -> None:
         every = self.config.samples_every
@@ -562,54 +517,6 @@ class GRPOTrainer(Trainer):
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
-
-
-def _split_groups(group_ids: list[int], parts: int) -> list[list[int]]:
-    """Split row indices ``0..len(group_ids)-1`` into ``parts`` minibatches of whole groups (in group
-    order; a minibatch may be empty on a process whose groups were all filtered out)."""
-    order = list(dict.fromkeys(group_ids))
-    per = math.ceil(len(order) / parts) if order else 0
-    out = []
-    for p in range(parts):
-        chosen = set(order[p * per : (p + 1) * per])
-        out.append([i for i, gid in enumerate(group_ids) if gid in chosen])
-    return out
-
-
-class _Averages:
-    """Weighted means of per-micro-batch metrics."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-
-    def add(self, name: str, value: float, weight: float) -> None:
-        self.sums[name] = self.sums.get(name, 0.0) + value * weight
-        self.weights[name] = self.weights.get(name, 0.0) + weight
-
-    def result(self) -> dict[str, float]:
-        return {k: v / self.weights[k] if self.weights[k] else 0.0 for k, v in self.sums.items()}
-
-
-def _chunks(items: list[int], size: int) -> list[list[int]]:
-    if not items:
-        return []
-    size = size or len(items)
-    return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def _avg(rows: list[dict[str, Any]], key: str) -> float:
-    values = [float(r[key]) for r in rows if key in r]
-    return math.fsum(values) / len(values) if values else 0.0
-
-
-def _reduce_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    """Per key: the min of ``*_min`` values, the max of ``*_max`` values, else the mean."""
-    out = {}
-    for k in sorted({k for d in dicts for k in d}):
-        values = [d[k] for d in dicts if k in d]
-        out[k] = min(values) if k.endswith("_min") else max(values) if k.endswith("_max") else _avg(dicts, k)
-    return out
 
 
 def _synchronize(device: torch.device) -> None:
