@@ -328,6 +328,7 @@ def test_demo_from_a_reader_base(tmp_path, toy_base):
     config = (out / "config.yaml").read_text()
     assert f"path: {toy_base}" in config and "name_swap: 0.0" in config
     assert "turns: last" in config  # the warm start learns the answer turns: reading, not searching
+    assert "micro_batch_size: 32" in config  # GRPO's update in halves: the base's sequences are long
     assert verify_checksums(toy_base) > 0
     # the SFT-only control: the warm start trained on for the RL stage's time, then the same evaluation
     from ragrl.train.demo import sft_control
