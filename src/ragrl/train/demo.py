@@ -81,9 +81,9 @@ BASE_SETTINGS = (
     "train.sft.max_steps=25",
     "train.sft.turns=last",
     # the same update in micro-batches of 32 sequences (gradients accumulated): with the BPE's longer
-    # sequences one pass over 64 of up to 480 tokens took 2.2 GB above the process on the CPU (the
-    # attention's B x H x L x L is materialised under a padding mask), 32 twice took 1.1 GB and 20% less
-    # time (docs/training.md, "Measured: the reading-only warm start")
+    # sequences one pass over 64 of 480 tokens peaked 3.1 GB above the loaded model on the CPU, two of
+    # 32 1.6 GB in 27% less time (benchmarks/micro_batch_memory.py); the demo's peak RSS fell from 3.7
+    # to 2.6 GiB (docs/training.md, "Measured: the reading-only warm start")
     "train.grpo.micro_batch_size=32",
 )
 """The demo's warm start and GRPO from the pretrained reader base, over ``DEMO_SETTINGS`` (whose name
