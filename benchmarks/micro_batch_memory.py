@@ -8,15 +8,16 @@ them right-padded by 80 tokens (the lengths of a GRPO batch differ), of which ``
 sequence are the policy's (scored); ``token_logprobs`` with the loss mask, then backward, in
 micro-batches of each ``--micro`` size (gradients accumulated: the same update). Each size runs in a
 process of its own, so its peak resident memory (``ru_maxrss``) is its own; it is reported above the
-process's memory after loading the model. Seconds are the median of ``--repeats`` whole passes after
-one warm-up, on this machine's threads. The last line is the headline: each size's peak and time as a
-multiple of the first size's.
+process's resident memory after loading the model (``/proc/self/statm``). Seconds are the median of
+``--repeats`` whole passes after one warm-up, on this machine's threads (printed). The last line is
+the headline: each size's peak and time as a multiple of the first size's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -41,7 +42,8 @@ def child(batch: int, micro: int, length: int, policy_tokens: int, repeats: int)
     scored = torch.zeros(batch, length - start)
     first = length - start - 80 - policy_tokens  # the policy's last turn, before any padding
     scored[:, first : first + policy_tokens] = 1
-    rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/statm", encoding="ascii") as f:  # resident pages now, not a high-water mark
+        rss_loaded = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024  # kB
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
@@ -53,7 +55,8 @@ def child(batch: int, micro: int, length: int, policy_tokens: int, repeats: int)
         if i:
             times.append(time.perf_counter() - t0)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
-    return {"micro": micro, "peak_mb": (peak - rss_loaded) / 1024, "seconds": statistics.median(times)}
+    return {"micro": micro, "peak_mb": (peak - rss_loaded) / 1024, "seconds": statistics.median(times),
+            "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def main() -> None:
@@ -65,6 +68,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    room = args.length - args.length // 5 - 80  # after the shortest prompt, before the padding
+    if not 0 < args.policy_tokens <= room:
+        ap.error(
+            f"--policy-tokens must be in 1..{room} for --length {args.length} "
+            f"(prompt {args.length // 5}, padding 80)"
+        )
     if args.child:
         row = child(args.batch, args.child, args.length, args.policy_tokens, args.repeats)
         print(json.dumps(row))
@@ -78,7 +87,7 @@ def main() -> None:
         rows.append(json.loads(out.strip().splitlines()[-1]))
         r = rows[-1]
         print(f"micro-batch {micro:>3} of {args.batch}: peak {r['peak_mb']:.0f} MB above the loaded model, "
-              f"{r['seconds']:.2f} s a pass", flush=True)  # fmt: skip
+              f"{r['seconds']:.2f} s a pass on {r['threads']} threads", flush=True)  # fmt: skip
     base = rows[0]
     ratios = [
         f"{r['micro']}: peak x{r['peak_mb'] / base['peak_mb']:.2f}, "
