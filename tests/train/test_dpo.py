@@ -211,3 +211,23 @@ def test_micro_batches_accumulate_to_the_same_update(world_dir, tmp_path):
     for ga, gb in zip(grads["whole"], grads["micro"], strict=True):
         # padding differs: float rounding only (element-wise, rtol 1e-3 / atol 1e-7 failed once in CI)
         assert float((ga - gb).norm() / ga.norm()) < 1e-4
+
+
+def test_padding_passes_add_nothing_to_the_update(world_dir, tmp_path):
+    """A process with fewer pairs than another (preference cycles: each trains on the pairs it made)
+    pads to the same micro-batch passes; the padding adds nothing, and a process with no pair at all
+    still makes its passes and leaves the weights as they were."""
+    pairs_file = _text_pairs(world_dir, tmp_path / "pairs.jsonl")
+    runs = {}
+    for name, passes in (("plain", None), ("padded", 4)):
+        trainer = _trainer(world_dir, tmp_path / name, pairs_file, "train.dpo.micro_batch_size=2")
+        out = trainer.preference_update(trainer.pairs[:3], 3, passes)  # 2 micro-batches, then padding
+        runs[name] = (out, {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()})
+    (plain, before), (padded, after) = runs["plain"], runs["padded"]
+    assert padded == pytest.approx(plain, rel=1e-6)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    empty = _trainer(world_dir, tmp_path / "empty", pairs_file, "train.optim.weight_decay=0.0")
+    start = {k: v.detach().clone() for k, v in empty.policy.state_dict().items()}
+    out = empty.preference_update([], 4, passes=2)
+    assert out["loss"] == 0.0 and out["grad_norm"] == 0.0
+    assert all(torch.equal(start[k], v) for k, v in empty.policy.state_dict().items())

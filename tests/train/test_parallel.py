@@ -64,7 +64,6 @@ def close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     ("override", "message"),
     [
         ("train.parallel.mode=zero", "train.parallel.mode must be one of ddp, fsdp"),
-        ("train.algo=cycles", "not supported by train.algo cycles"),
         ("deepspeed:train.parallel.zero_stage=4", "train.parallel.zero_stage must be 1, 2 or 3, got 4"),
         ("deepspeed:train.mixed_precision=fp16", "fp16 under train.parallel.mode deepspeed"),
     ],

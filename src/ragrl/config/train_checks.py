@@ -213,12 +213,6 @@ def check_train_config(config: Any) -> None:
             "train.parallel.mode: deepspeed is not installed (pip install deepspeed, or the "
             "`deepspeed` extra: pip install 'ragrl[deepspeed]')"
         )
-    if config.parallel.mode != "ddp" and config.algo == "cycles":
-        raise RagrlError(
-            f"train.parallel.mode: {config.parallel.mode} is not supported by train.algo cycles yet (the "
-            "cycles run on one process: their rollouts and pairs are not split; its reward model is a "
-            "whole copy); use ddp"
-        )
     if config.parallel.mode != "ddp" and config.mixed_precision == "fp16":
         raise RagrlError(
             f"train.mixed_precision: fp16 under train.parallel.mode {config.parallel.mode} has no loss "

@@ -27,6 +27,7 @@ from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.eval.runner import evaluate
 from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.llm.logprobs import token_logprobs
 from ragrl.retrieval.base import Retriever
 from ragrl.rollout.limits import check_prompts
 from ragrl.train.parallel import is_sharded, make_parallel
@@ -191,6 +192,30 @@ class Trainer:
             return float(value)
         t = torch.tensor([float(value)], dtype=torch.float64, device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item())
+
+    def padding_pass(self, reference: bool) -> None:
+        """A pass of a lockstep engine's micro-batch that adds nothing (a process with less to train on
+        than another): the policy's forward, the reference's when ``reference`` (as the real pass runs
+        them, in that order: sharded forwards are collective), then a backward of 0."""
+        loss = self.zero_loss()
+        if reference:
+            with torch.no_grad():
+                self.zero_ref_loss()
+        self.parallel.backward(loss)
+
+    def zero_ref_loss(self) -> torch.Tensor:
+        """``zero_loss`` through the reference as the trainers run it: the frozen copy, or under LoRA the
+        policy with the adapters off (ZeRO-3 gathers the parameters a pass uses: the padding must use the
+        same ones)."""
+        if getattr(self, "ref_model", None) is not None:
+            return self.zero_loss(self.ref_model)
+        with self.policy.disable_adapter():
+            return self.zero_loss()
+
+    def zero_loss(self, model: Any = None) -> torch.Tensor:
+        """A loss of 0 through ``model`` (the policy): a pass that only joins the collective ones."""
+        ids = torch.tensor([[self.pad_id, self.pad_id]], device=self.acc.device)
+        return token_logprobs(self.model if model is None else model, ids).sum() * 0.0
 
     def global_max(self, value: float) -> float:
         """Largest ``value`` over processes."""

@@ -15,6 +15,14 @@ with ``train.algo: cycles``. One step of ``CycleTrainer`` is one cycle, top to b
    ``train.dpo.batch_size``) on one pair per state, its best and worst sibling when they differ by at
    least ``pref_margin`` (δ), scored by the true return or by the reward model.
 
+On several processes (``accelerate launch`` / ``torchrun``, any ``train.parallel.mode``) each process
+plays an equal, contiguous share of the cycle's questions (episodes and siblings seeded by the question's
+place in the whole cycle, so they are the ones one process would play), trains the reward model on its own
+pairs with the heads' gradients added over processes (every process then holds the same heads), and
+takes, from each shuffled DPO batch of the cycle's policy pairs, the pairs it made: one process's update
+on all the pairs. Under a sharded engine (FSDP, ZeRO) every forward is collective, so a process with
+fewer embeddings or pairs than another pads with passes that add nothing.
+
 The shared trainer evaluates every ``train.eval_every`` cycles, keeps the best policy
 (``train.best_metric``), stops after ``train.patience`` evaluations without a new best (EVO-RAG: dev EM,
 2 cycles), checkpoints with exact resume (the reward-model heads and their optimizers included), and
@@ -32,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from ragrl.config import Method
 from ragrl.config.train import TrainConfig
@@ -44,6 +53,7 @@ from ragrl.train.reward_model import (
     RewardModelConfig,
     RewardModelTrainer,
     embed_sequences,
+    embedding_passes,
 )
 from ragrl.train.siblings import VisitedState, policy_pairs, reward_model_pairs, sample_siblings
 from ragrl.train.state import read_trainer_state
@@ -75,17 +85,22 @@ class CycleTrainer(DPOTrainer):
         **kwargs: Any,
     ) -> None:
         Trainer.__init__(self, method, config, **kwargs)
-        if self.acc.num_processes > 1:
-            raise RagrlError("train.algo cycles runs on one process (rollouts and pairs are not sharded yet)")
         if method.reward.keys and not method.reward.per_step:
             raise RagrlError(f"train.algo cycles needs a per-step reward; {method.name}'s is per episode")
+        c = config.cycles
+        if c.questions_per_cycle % self.acc.num_processes:
+            raise RagrlError(
+                f"train.cycles.questions_per_cycle ({c.questions_per_cycle}) must be a multiple of the "
+                f"number of processes ({self.acc.num_processes}): each plays an equal share"
+            )
         self.train_examples = self.training_questions(train_examples)
         self._setup_reference()
-        c = config.cycles
         updates = config.steps * math.ceil(
             c.questions_per_cycle * method.rollout.max_turns / config.dpo.batch_size
         )
         self._prepare(len(self.train_examples), updates, lr=config.dpo.lr)
+        if self.ref_model is not None:  # placed as the policy is (sharded too under FSDP and ZeRO-3)
+            self.ref_model = self.parallel.prepare_frozen(self.ref_model)
         self.rollout = method.make_rollout(self.backend, self.retriever)
         ids = sorted(ex.id for ex in self.train_examples)
         random.Random(config.seed).shuffle(ids)
@@ -100,39 +115,43 @@ class CycleTrainer(DPOTrainer):
     # -- one cycle ----------------------------------------------------------------------------------------
     def step(self) -> dict[str, Any]:
         c, t0 = self.config.cycles, time.perf_counter()
-        questions = [self.train_examples[i] for i in self.sampler.take(c.questions_per_cycle)]
+        per_process = c.questions_per_cycle // self.acc.num_processes
+        offset = self.acc.process_index * per_process
+        indices = self.sampler.take(c.questions_per_cycle)[offset : offset + per_process]
+        questions = [self.train_examples[i] for i in indices]
         seed = self.config.seed * 1_000_003 + self.step_count
 
-        # 1. one episode per question, sampling
+        # 1. one episode per question of this process's share, sampling (numbered within the whole cycle)
         self.policy.eval()
-        episodes = self.rollout.run(questions, n=1, seed=seed)
         ctx = RewardContext(step=self.step_count, total_steps=self.total_steps)
-        results = self.method.reward.score(episodes, questions, ctx)
+        with self.parallel.generating(self.model, self.backend):  # sharded: gathered once for the cycle
+            episodes = self.rollout.run(questions, n=1, seed=seed, first_group=offset)
+            results = self.method.reward.score(episodes, questions, ctx)
 
-        # 2. sibling candidates at every visited state, each scored as a branch
-        states = sample_siblings(
-            self.method,
-            self.backend,
-            self.retriever,
-            episodes,
-            questions,
-            n_candidates=c.n_candidates,
-            temperature=c.temperature,
-            seed=seed,
-            ctx=ctx,
-            return_mode=c.return_mode,
-        )
+            # 2. sibling candidates at every visited state, each scored as a branch
+            states = sample_siblings(
+                self.method,
+                self.backend,
+                self.retriever,
+                episodes,
+                questions,
+                n_candidates=c.n_candidates,
+                temperature=c.temperature,
+                seed=seed,
+                ctx=ctx,
+                return_mode=c.return_mode,
+            )
         returns = "rollout_return" if c.return_mode == "rollout" else "prefix_return"
         t_rollout = time.perf_counter() - t0
 
         # 3. the reward model: one epoch on the Δ-filtered pairs (multi-head, and the one-head control)
         metrics: dict[str, Any] = {}
         rm_pairs = reward_model_pairs(states, c.rm_pair_threshold, c.rm_labels, returns)
-        if rm_pairs:
+        if self.global_sum(len(rm_pairs)):
             metrics.update(self._train_reward_model("multi", list(self.method.reward.keys), rm_pairs))
             if c.single_head_control:
                 shared = reward_model_pairs(states, c.rm_pair_threshold, "shared_total", returns)
-                if shared:
+                if self.global_sum(len(shared)):
                     metrics.update(self._train_reward_model("single", ["total"], shared))
         if c.policy_pair_scorer == "rm":
             self._score_with_reward_model(states)
@@ -144,23 +163,35 @@ class CycleTrainer(DPOTrainer):
         self.step_count += 1
 
         metrics.update(dpo)
-        metrics.update(_episode_metrics(episodes, questions, results, self.method))
-        metrics.update(_pair_metrics(states, rm_pairs, pairs))
+        metrics.update(_mean_rows(self._everyone(_episode_rows(episodes, questions, results, self.method))))
+        metrics.update(_pair_metrics(self._everyone([_pair_counts(states, rm_pairs, pairs)])))
         metrics.update(seconds_rollout=round(t_rollout, 2), step_seconds=round(time.perf_counter() - t0, 2))
         return metrics
 
+    def _everyone(self, items: list[Any]) -> list[Any]:
+        """``items`` of every process, in process order."""
+        return gather_object(items) if self.acc.num_processes > 1 else items
+
     def _dpo_epoch(self, pairs: list[Any], seed: int) -> dict[str, Any]:
-        """One pass over ``pairs`` in shuffled batches of ``train.dpo.batch_size`` (the last may be
-        smaller)."""
-        if not pairs:
+        """One pass over every process's ``pairs`` (in process order) in shuffled batches of
+        ``train.dpo.batch_size`` (the last may be smaller); each process trains on the pairs of a batch
+        that it made, padded to the same micro-batch passes under a lockstep engine."""
+        counts = [int(n) for n in self._everyone([len(pairs)])]
+        total, first = sum(counts), sum(counts[: self.acc.process_index])
+        if not total:
             return {"dpo/updates": 0}
-        order = list(range(len(pairs)))
+        starts = [sum(counts[:p]) for p in range(len(counts))]
+        order = list(range(total))
         random.Random(seed).shuffle(order)
-        size = self.config.dpo.batch_size
+        size, micro = self.config.dpo.batch_size, self.config.dpo.micro_batch_size
         rows = []
-        for i in range(0, len(order), size):
-            batch = [pairs[j] for j in order[i : i + size]]
-            rows.append((len(batch), self.preference_update(batch, len(batch))))
+        for i in range(0, total, size):
+            batch = order[i : i + size]
+            shares = [sum(a <= j < a + n for j in batch) for a, n in zip(starts, counts, strict=True)]
+            pieces = [math.ceil(n / micro) if micro else int(n > 0) for n in shares]
+            mine = [pairs[j - first] for j in batch if first <= j < first + len(pairs)]
+            passes = max(pieces) if self.parallel.lockstep else max(pieces[self.acc.process_index], 1)
+            rows.append((len(batch), self.preference_update(mine, len(batch), passes)))
         n = sum(k for k, _ in rows)
         out = {f"dpo/{key}": sum(k * r[key] for k, r in rows) / n for key in rows[0][1] if key != "lr"}
         return {**out, "dpo/updates": len(rows), "lr": rows[-1][1]["lr"], "loss": out["dpo/loss"]}
@@ -191,6 +222,8 @@ class CycleTrainer(DPOTrainer):
             model=model,
             optimizer=optimizer,
             held_out=self.rm_held_out,
+            acc=self.acc,
+            lockstep=self.parallel.lockstep,
         )
         self.reward_models[which] = (trainer.model, trainer.optimizer)
         record = trainer.train()[-1]
@@ -207,8 +240,13 @@ class CycleTrainer(DPOTrainer):
             return  # no pairs trained it yet: every rm_score stays 0 and no policy pair passes a margin
         model = self.reward_models["multi"][0]
         candidates = [(s, c) for s in states for c in s.candidates]
+        passes = 0
+        if self.parallel.lockstep:  # the encoder is sharded: every process makes as many passes
+            passes = int(self.global_max(embedding_passes(len(candidates))))
+        elif not candidates:
+            return
         emb = embed_sequences(
-            self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id
+            self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id, passes=passes
         )
         with torch.no_grad():
             scores = model(emb).mean(dim=1).tolist()
@@ -251,38 +289,61 @@ class CycleTrainer(DPOTrainer):
 # --- what a cycle logs ----------------------------------------------------------------------------------
 
 
-def _episode_metrics(
+def _episode_rows(
     episodes: list[Any], questions: list[Any], results: list[Any], method: Method
-) -> dict[str, float]:
-    n = len(episodes)
-    out = {
-        "reward": sum(r.total for r in results) / n,
-        "steps": sum(len(e.actions) for e in episodes) / n,
-        "answer_rate": sum(e.final_answer is not None for e in episodes) / n,
-        "truncation_rate": sum(e.truncated for e in episodes) / n,
-    }
-    for key in method.reward.keys:
-        out[f"reward/{key}"] = sum(r.components[key] for r in results) / n
-    diagnosed = [method.diagnose(e, q) for e, q in zip(episodes, questions, strict=True)]
-    for key in dict.fromkeys(k for d in diagnosed for k in d):
-        values = [d[key] for d in diagnosed if key in d]
+) -> list[dict[str, float]]:
+    """One row of logged values per episode: its reward and components, steps, answer and truncation,
+    and the method's own diagnostics."""
+    rows = []
+    for episode, question, result in zip(episodes, questions, results, strict=True):
+        row = {
+            "reward": result.total,
+            "steps": len(episode.actions),
+            "answer_rate": float(episode.final_answer is not None),
+            "truncation_rate": float(episode.truncated),
+        }
+        row.update({f"reward/{key}": result.components[key] for key in method.reward.keys})
+        row.update(method.diagnose(episode, question))
+        rows.append(row)
+    return rows
+
+
+def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each value's mean over the rows that have it."""
+    out = {}
+    for key in dict.fromkeys(k for row in rows for k in row):
+        values = [row[key] for row in rows if key in row]
         out[key] = sum(values) / len(values)
     return out
 
 
-def _pair_metrics(states: list[VisitedState], rm_pairs: list[Any], pairs: list[Any]) -> dict[str, Any]:
-    """How many states, siblings and pairs the cycle made, and the policy pairs by (chosen > rejected)
-    action kinds (EVO-RAG §2.7 asks which decisions ever pass the margins)."""
+def _pair_counts(states: list[VisitedState], rm_pairs: list[Any], pairs: list[Any]) -> dict[str, int]:
+    """How many states, siblings and pairs the cycle made here, and the policy pairs by (chosen >
+    rejected) action kinds (EVO-RAG §2.7 asks which decisions ever pass the margins)."""
     kinds: Counter[str] = Counter()
     by_id = {s.pair_prefix: s for s in states}
     for pair in pairs:
         prefix, i, j = pair.id.rsplit(".", 2)
         state = by_id[prefix]
-        kinds[f"{state.candidates[int(i)].action.kind}>{state.candidates[int(j)].action.kind}"] += 1
+        kinds[f"pairs/{state.candidates[int(i)].action.kind}>{state.candidates[int(j)].action.kind}"] += 1
     return {
         "states": len(states),
-        "siblings": sum(len(s.candidates) for s in states) / max(len(states), 1),
+        "candidates": sum(len(s.candidates) for s in states),
         "rm_pairs": len(rm_pairs),
         "policy_pairs": len(pairs),
-        **{f"pairs/{k}": v for k, v in sorted(kinds.items())},
+        **kinds,
+    }
+
+
+def _pair_metrics(counts: list[dict[str, int]]) -> dict[str, Any]:
+    """Every process's ``_pair_counts`` added up; siblings as the mean candidates per state."""
+    total: Counter[str] = Counter()
+    for part in counts:
+        total.update(part)
+    return {
+        "states": total["states"],
+        "siblings": total["candidates"] / max(total["states"], 1),
+        "rm_pairs": total["rm_pairs"],
+        "policy_pairs": total["policy_pairs"],
+        **{k: total[k] for k in sorted(total) if k.startswith("pairs/")},
     }

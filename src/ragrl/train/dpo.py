@@ -57,20 +57,20 @@ class DPOTrainer(Trainer):
         if not pairs:
             raise RagrlError("DPO: no preference pairs to train on")
         self.pairs = list(pairs)
+        if config.dpo.batch_size % self.acc.num_processes:
+            raise RagrlError(
+                f"train.dpo.batch_size ({config.dpo.batch_size}) must be a multiple of the number of "
+                f"processes ({self.acc.num_processes})"
+            )
         self._setup_reference()
         self._prepare(len(self.pairs), self.total_steps, lr=config.dpo.lr)
         if self.ref_model is not None:  # placed as the policy is (sharded too under FSDP and ZeRO-3)
             self.ref_model = self.parallel.prepare_frozen(self.ref_model)
 
     def _setup_reference(self) -> None:
-        """The batch-size check and the reference: a frozen copy of the starting policy, or none (under
-        LoRA the base model with the adapters off; reference-free)."""
+        """The reference: a frozen copy of the starting policy, or none (under LoRA the base model with
+        the adapters off; reference-free)."""
         d = self.config.dpo
-        if d.batch_size % self.acc.num_processes:
-            raise RagrlError(
-                f"train.dpo.batch_size ({d.batch_size}) must be a multiple of the number of "
-                f"processes ({self.acc.num_processes})"
-            )
         self.ref_model = None
         if not d.reference_free and self.config.model.lora is None:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -92,22 +92,31 @@ class DPOTrainer(Trainer):
         self.step_count += 1
         return {**out, "step_seconds": round(time.perf_counter() - t0, 3)}
 
-    def preference_update(self, pairs: Sequence[PreferencePair], global_batch: int) -> dict[str, Any]:
+    def preference_update(
+        self, pairs: Sequence[PreferencePair], global_batch: int, passes: int | None = None
+    ) -> dict[str, Any]:
         """Steps 2-4 on this process's ``pairs`` of a global batch of ``global_batch`` pairs, in
         micro-batches of ``train.dpo.micro_batch_size`` pairs (gradient accumulation), then one optimizer
-        update; the batch means of the loss, the implicit rewards and the log-probs."""
-        size = self.config.dpo.micro_batch_size or len(pairs)
+        update; the batch means of the loss, the implicit rewards and the log-probs. ``passes``: the
+        micro-batch passes every process makes when the shares differ (under a lockstep engine, the
+        largest share's count; the missing ones are padding passes that add nothing); by default this
+        process's own count (equal shares)."""
+        size = self.config.dpo.micro_batch_size or max(len(pairs), 1)
+        pieces = [pairs[i : i + size] for i in range(0, len(pairs), size)]
+        passes = len(pieces) if passes is None else passes
         parts = []
-        starts = range(0, len(pairs), size)  # the same count on every process (equal shares of pairs)
-        for i in starts:
-            with nullcontext() if i == starts[-1] else self.parallel.no_sync(self.model):
-                parts.append(self._micro_batch(pairs[i : i + size], global_batch))
+        for k in range(passes):  # gradients are synchronised on the last pass only
+            with nullcontext() if k == passes - 1 else self.parallel.no_sync(self.model):
+                if k < len(pieces):
+                    parts.append(self._micro_batch(pieces[k], global_batch))
+                else:
+                    self.padding_pass(reference=not self.config.dpo.reference_free)
         grad_norm = self.optimizer_step()
 
-        local = torch.stack(parts).sum(0) / len(pairs)
+        local = torch.stack(parts).sum(0) if parts else torch.zeros(7)
         if self.acc.num_processes > 1:
-            local = self.acc.reduce(local.to(self.acc.device), reduction="mean")
-        values = [float(v) for v in local]
+            local = self.acc.reduce(local.to(self.acc.device), reduction="sum")
+        values = [float(v) / global_batch for v in local]
         return {
             "loss": values[0],
             "rewards/chosen": values[1],

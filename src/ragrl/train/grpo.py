@@ -365,12 +365,12 @@ class GRPOTrainer(Trainer):
                 real = [x for x in mb if x is not None]
                 global_units = self.global_sum(sum(b.num_tokens if by_tokens else len(b) for b, _ in real))
                 if not mb:  # nothing of this minibatch here: still join the gradient all-reduce
-                    self.parallel.backward(self._zero_loss())
+                    self.parallel.backward(self.zero_loss())
                 for k, item in enumerate(mb):
                     last = k == len(mb) - 1  # gradients are synchronised on the last micro-batch only
                     with nullcontext() if last else self.parallel.no_sync(self.model):
                         if item is None:  # lockstep padding: join the collective passes, add nothing
-                            self.parallel.backward(self._zero_loss())
+                            self.parallel.backward(self.zero_loss())
                             continue
                         b, adv = item
                         logp = self._logprobs(self.model, b, temperature, with_entropy=epoch == 0)
@@ -431,9 +431,9 @@ class GRPOTrainer(Trainer):
                 if rows is None:
                     with torch.no_grad():  # the no-grad passes the real micro-batches make
                         if recompute:
-                            self._zero_loss()
+                            self.zero_loss()
                         if g.kl_coef:  # the reference's pass (under LoRA the policy, adapters off)
-                            self._zero_ref_loss()
+                            self.zero_ref_loss()
                     micro_batches.append(None)
                     continue
                 b = sequence_batch([samples[i] for i in rows], self.pad_id, dev)
@@ -483,19 +483,6 @@ class GRPOTrainer(Trainer):
             return self._logprobs(self.ref_model, b, temperature)
         with self.policy.disable_adapter():  # LoRA: the base model is the reference
             return self._logprobs(self.model, b, temperature)
-
-    def _zero_ref_loss(self) -> torch.Tensor:
-        """``_zero_loss`` through the reference as ``_ref_logprobs`` runs it (ZeRO-3 gathers the
-        parameters a pass uses: the padding must use the same ones)."""
-        if self.ref_model is not None:
-            return self._zero_loss(self.ref_model)
-        with self.policy.disable_adapter():
-            return self._zero_loss()
-
-    def _zero_loss(self, model: Any = None) -> torch.Tensor:
-        """A loss of 0 through ``model`` (the policy): a pass that only joins the collective ones."""
-        ids = torch.tensor([[self.pad_id, self.pad_id]], device=self.acc.device)
-        return token_logprobs(self.model if model is None else model, ids).sum() * 0.0
 
     # -- metrics ---------------------------------------------------------------------------------------
     def _step_metrics(self, episodes, results, diagnostics, kept, update) -> dict[str, Any]:  # noqa: ANN001

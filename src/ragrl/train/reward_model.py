@@ -20,6 +20,7 @@ preference accuracy (per head and of the summed heads) every epoch. ``MultiHeadR
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from torch import nn
 from torch.nn import functional as F
 
@@ -84,24 +86,35 @@ class MultiHeadRewardModel(nn.Module):
 
 
 def embed_sequences(
-    encoder: Any, sequences: Sequence[Sequence[int]], pad_id: int, *, batch_size: int = 16
+    encoder: Any, sequences: Sequence[Sequence[int]], pad_id: int, *, batch_size: int = 16, passes: int = 0
 ) -> torch.Tensor:
     """``[N, hidden]`` embeddings of token sequences by a frozen causal LM: the final hidden state of
-    each sequence's last token (right padding, so padding never reaches a real token)."""
-    if not sequences or any(len(s) == 0 for s in sequences):
+    each sequence's last token (right padding, so padding never reaches a real token). ``passes``: make
+    at least that many forward passes, the ones past the sequences' on a padding token (a sharded
+    encoder's forwards are collective: every process makes as many; ``embedding_passes``)."""
+    if any(len(s) == 0 for s in sequences):
         raise RagrlError("embed_sequences: every sequence needs at least one token")
+    if not sequences and not passes:
+        raise RagrlError("embed_sequences: no sequences to embed")
     device = next(encoder.parameters()).device
-    out = []
+    out, hidden_size = [], 0
     with torch.no_grad():
-        for i in range(0, len(sequences), batch_size):
-            chunk = [list(s) for s in sequences[i : i + batch_size]]
+        for i in range(0, max(len(sequences), passes * batch_size), batch_size):
+            chunk = [list(s) for s in sequences[i : i + batch_size]] or [[pad_id]]
             ids, mask = pad_batch(chunk, pad_id, "right")
             hidden = encoder(
                 input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True
             ).hidden_states[-1]
-            last = torch.tensor([len(s) - 1 for s in chunk], device=device)
-            out.append(hidden[torch.arange(len(chunk), device=device), last].float().cpu())
-    return torch.cat(out)
+            hidden_size = hidden.shape[-1]
+            if i < len(sequences):
+                last = torch.tensor([len(s) - 1 for s in chunk], device=device)
+                out.append(hidden[torch.arange(len(chunk), device=device), last].float().cpu())
+    return torch.cat(out) if out else torch.zeros(0, hidden_size)
+
+
+def embedding_passes(n_sequences: int, batch_size: int = 16) -> int:
+    """The forward passes ``embed_sequences`` makes for ``n_sequences``."""
+    return math.ceil(n_sequences / batch_size)
 
 
 @dataclass
@@ -158,7 +171,13 @@ class RewardModelConfig:
 
 
 class RewardModelTrainer:
-    """Fits the heads of a ``MultiHeadRewardModel`` on cached embeddings of preference pairs."""
+    """Fits the heads of a ``MultiHeadRewardModel`` on cached embeddings of preference pairs.
+
+    With ``acc`` on several processes, each process passes its own share of the pairs: the rows are
+    every process's pairs in process order, the same split and the same shuffled mini-batches on every
+    process; a process embeds and scores its own rows only, and the heads' gradients and every logged
+    sum are added over processes, so each process holds the same heads as one process trained on all
+    the pairs (nothing but the sums travel: no sequence and no embedding)."""
 
     def __init__(
         self,
@@ -171,32 +190,45 @@ class RewardModelTrainer:
         model: MultiHeadRewardModel | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         held_out: set[str] | None = None,
+        acc: Any = None,
+        lockstep: bool = False,
     ) -> None:
         """``model`` / ``optimizer``: go on training these heads (preference cycles train one epoch a
         cycle on new pairs); ``held_out``: the questions whose pairs validate (the id before ``#``), in
-        place of a ``val_fraction`` split of these pairs."""
-        if not pairs:
-            raise RagrlError("reward model: no pairs to train on")
+        place of a ``val_fraction`` split of these pairs; ``acc``: the run's processes (see the class
+        docstring), ``lockstep`` when the encoder's forwards are collective (sharded)."""
         if not 0.0 <= config.val_fraction < 1.0:
             raise RagrlError(f"reward model: val_fraction must be in [0, 1), got {config.val_fraction}")
         self.config = config
+        self.acc = acc if acc is not None and acc.num_processes > 1 else None
         unknown = sorted({h for p in pairs for h in p.signs} - set(config.heads))
         if unknown:
             raise RagrlError(f"reward model: pairs label heads {unknown} that are not among {config.heads}")
+        ids = [p.pair.id for p in pairs]
+        shares = gather_object([ids]) if self.acc is not None else [ids]
+        every = [i for share in shares for i in share]
+        if not every:
+            raise RagrlError("reward model: no pairs to train on")
+        self.first = sum(len(share) for share in shares[: self.acc.process_index if self.acc else 0])
+        """The first row of this process's pairs among every process's."""
         sequences = [s.prompt_ids + s.completion_ids for p in pairs for s in (p.pair.chosen, p.pair.rejected)]
-        emb = embed_sequences(encoder, sequences, pad_id)
+        passes = 0
+        if self.acc is not None and lockstep:
+            passes = max(embedding_passes(2 * len(share)) for share in shares)
+        elif not sequences:
+            passes = 1  # nothing of its own: one pass for the embedding's size
+        emb = embed_sequences(encoder, sequences, pad_id, passes=passes)
         self.chosen, self.rejected = emb[0::2], emb[1::2]
         self.signs = torch.tensor(
             [[float(p.signs.get(h, 1.0)) for h in config.heads] for p in pairs], dtype=torch.float32
-        )
-        ids = [p.pair.id for p in pairs]
+        ).reshape(len(pairs), len(config.heads))
         if held_out is None:
-            self.train_rows, self.val_rows = _split(ids, config.val_fraction, config.seed)
+            self.train_rows, self.val_rows = _split(every, config.val_fraction, config.seed)
         else:
-            self.val_rows = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] in held_out]
-            self.train_rows = [i for i, pid in enumerate(ids) if pid.rsplit("#", 1)[0] not in held_out]
+            self.val_rows = [i for i, pid in enumerate(every) if pid.rsplit("#", 1)[0] in held_out]
+            self.train_rows = [i for i, pid in enumerate(every) if pid.rsplit("#", 1)[0] not in held_out]
         if model is None:
-            torch.manual_seed(config.seed)
+            torch.manual_seed(config.seed)  # the same heads on every process
             model = MultiHeadRewardModel(emb.shape[1], config.heads, encoder=name)
         elif list(model.head_names) != list(config.heads):
             raise RagrlError(f"reward model: the heads {model.head_names} are not {config.heads}")
@@ -206,22 +238,48 @@ class RewardModelTrainer:
         )
         self.history: list[dict[str, float]] = []
 
+    def _mine(self, rows: list[int]) -> list[int]:
+        """This process's rows among ``rows`` (every process's), as indices into its own pairs."""
+        n = len(self.signs)
+        return [r - self.first for r in rows if self.first <= r < self.first + n]
+
+    def _sum(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` added over processes."""
+        if self.acc is None:
+            return values
+        return self.acc.reduce(values.to(self.acc.device), reduction="sum").cpu()
+
     def evaluate(self, rows: list[int]) -> dict[str, float]:
         """Loss and accuracy over ``rows``; per head, and of the summed heads on the pair's own order
         (empty when no head has a label on these pairs)."""
-        if not bool((self.signs[rows] != 0).any()):
-            return {}
+        mine, k = self._mine(rows), len(self.config.heads)
         with torch.no_grad():
-            c, r, s = self.model(self.chosen[rows]), self.model(self.rejected[rows]), self.signs[rows]
-            loss, accuracy = pairwise_loss(c, r, s)
-            out = {"loss": float(loss), "accuracy": float(accuracy)}
-            out["accuracy/sum"] = float(((c.sum(1) - r.sum(1)) > 0).float().mean())
-            for k, head in enumerate(self.config.heads):
-                used = s[:, k] != 0
-                if bool(used.any()):
-                    out[f"accuracy/{head}"] = float(
-                        ((s[:, k] * (c[:, k] - r[:, k]))[used] > 0).float().mean()
-                    )
+            c, r, s = self.model(self.chosen[mine]), self.model(self.rejected[mine]), self.signs[mine]
+            used = s != 0
+            margin = s * (c - r)
+            sums = torch.cat(
+                [
+                    torch.stack(
+                        [
+                            used.sum().float(),
+                            -F.logsigmoid(margin[used]).sum(),
+                            (margin[used] > 0).sum().float(),
+                            ((c.sum(1) - r.sum(1)) > 0).sum().float(),
+                            torch.tensor(float(len(mine))),
+                        ]
+                    ),
+                    used.sum(0).float(),
+                    ((margin > 0) & used).sum(0).float(),
+                ]
+            ).double()
+        sums = self._sum(sums).tolist()
+        n = sums[0]
+        if n == 0:
+            return {}
+        out = {"loss": sums[1] / n, "accuracy": sums[2] / n, "accuracy/sum": sums[3] / sums[4]}
+        for j, head in enumerate(self.config.heads):
+            if sums[5 + j]:
+                out[f"accuracy/{head}"] = sums[5 + k + j] / sums[5 + j]
         return out
 
     def train(self) -> list[dict[str, float]]:
@@ -234,17 +292,22 @@ class RewardModelTrainer:
             rng.shuffle(order)
             total, labelled = 0.0, 0
             for i in range(0, len(order), cfg.batch_size):
-                rows = order[i : i + cfg.batch_size]
-                n = int((self.signs[rows] != 0).sum())
+                mine = self._mine(order[i : i + cfg.batch_size])
+                signs = self.signs[mine]
+                n = int(self._sum(torch.tensor([float((signs != 0).sum())]))[0])
                 if n == 0:  # no head has a label on these pairs: nothing to learn from them
                     continue
-                loss, _ = pairwise_loss(
-                    self.model(self.chosen[rows]), self.model(self.rejected[rows]), self.signs[rows]
-                )
+                # the mean over every process's labelled (pair, head): this process's sum / n
+                margin = signs * (self.model(self.chosen[mine]) - self.model(self.rejected[mine]))
+                loss_sum = -F.logsigmoid(margin[signs != 0]).sum()
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                (loss_sum / n).backward()
+                if self.acc is not None:
+                    for param in self.model.parameters():
+                        param.grad = self._sum(param.grad)
                 self.optimizer.step()
-                total, labelled = total + float(loss.detach()) * n, labelled + n
+                total += float(self._sum(loss_sum.detach().double().reshape(1))[0])
+                labelled += n
             record: dict[str, float] = {"epoch": epoch}
             if labelled:  # every pair held out, or none with a label: no training loss to report
                 record["train/loss"] = total / labelled

@@ -40,6 +40,9 @@ from ragrl.train.reward_model import RewardPair
 
 SIBLING_STEP = 50_000
 """Offset of the siblings' seed stream (never a turn index of the rollout itself)."""
+SIBLING_STEPS = 1_000
+"""More steps than any episode has: the sample indices of one episode's candidates never meet another
+episode's of the same group."""
 
 
 @dataclass
@@ -157,7 +160,9 @@ def sample_siblings(
     extra = n_candidates - 1
     prompts = [s.prompt_ids for s in states for _ in range(extra)]
     seeds = tuple(
-        episode_seed(seed, SIBLING_STEP + s.step, s.episode, j) for s in states for j in range(extra)
+        episode_seed(seed, SIBLING_STEP + s.step, *_stream(episodes[s.episode], 0, j, extra))
+        for s in states
+        for j in range(extra)
     )
     params = dataclasses.replace(rollout, temperature=temperature).sampling(
         rollout.max_new_tokens, protocol.stop, turn_seed(seed, SIBLING_STEP), seeds
@@ -202,13 +207,24 @@ def sample_siblings(
     completed = None
     if return_mode == "rollout":
         candidates = [c for s in states for c in s.candidates]
-        for n, c in enumerate(candidates):
-            c.branch.metadata["sample"] = 1 + n  # its own sampling stream
+        for s in states:
+            for i, c in enumerate(s.candidates):  # its own sampling stream
+                group, sample = _stream(episodes[s.episode], 1 + s.step, i, n_candidates)
+                c.branch.metadata.update(group=group, sample=sample)
         completed = engine.resume(
             [c.branch for c in candidates], [s.example for s in states for _ in s.candidates], seed=seed + 1
         )
     _score(method, states, ctx or RewardContext(), completed)
     return states
+
+
+def _stream(episode: Trajectory, step: int, i: int, per_step: int) -> tuple[int, int]:
+    """The ``(group, sample)`` that seed candidate ``i`` of ``per_step`` at ``step`` (counted from 1 for
+    the played-on branches): the episode's group and, within it, a sample index of its own. Both come
+    from the episode's identity, not from its place in this process's list, so the siblings sample the
+    same tokens whichever process plays the episode (a cycle split over processes)."""
+    own = int(episode.metadata.get("sample", 0))
+    return int(episode.metadata.get("group", 0)), (own * SIBLING_STEPS + step) * per_step + i
 
 
 def _not_executed(step: int, finish: str, rollout: Any, retriever: Any) -> str:
