@@ -34,9 +34,9 @@ COUNTS = ("states", "siblings", "rm_pairs", "policy_pairs", "rm/multi/pairs", "r
 
 
 def engines(*names: str) -> list:
-    """FSDP and ZeRO-3 in the default run (sharded reference and encoder, lockstep padding), the others
-    ``slow`` (CI runs them after the default suite: ``.ci/run``)."""
-    return [n if n in ("fsdp", "zero3") else pytest.param(n, marks=pytest.mark.slow) for n in names]
+    """FSDP in the default run (a sharded reference and encoder, lockstep padding), the others ``slow``
+    (CI runs them after the default suite: ``.ci/run``; the default run stays under 10 minutes)."""
+    return [n if n == "fsdp" else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
 def _run(world: Path, folder: Path, mode: str, *extra: str, processes: int = 2) -> None:
@@ -76,7 +76,7 @@ def test_a_cycle_on_two_processes_is_the_cycle_of_one_process(world_dir, tmp_pat
 
 
 @pytest.mark.parametrize(
-    "engine", ["fsdp", *(pytest.param(e, marks=pytest.mark.slow) for e in ("zero2", "zero3"))]
+    "engine", [pytest.param(e, marks=pytest.mark.slow) for e in ("fsdp", "zero2", "zero3")]
 )
 def test_cycles_on_two_processes_resume_exactly(world_dir, tmp_path, engine):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -135,3 +135,36 @@ def test_siblings_are_the_same_whichever_process_plays_the_episode(world_dir):
             returns = [c.rollout_return for c in b.candidates]
             assert [c.rollout_return for c in a.candidates] == pytest.approx(returns)
         assert sum(len(s.candidates) for s in whole) > len(whole)  # some state has siblings
+
+
+@pytest.mark.slow
+def test_the_reward_model_command_on_two_processes_trains_the_heads_of_one(world_dir, tmp_path):
+    """``ragrl reward-model`` under torchrun: each process embeds half the pairs (13: shares of 7 and 6),
+    the heads train on all of them, and the main process writes the heads one process would."""
+    from safetensors.torch import load_file
+
+    path = tmp_path / "pairs.jsonl"
+    rows = [
+        {"id": f"q{i % 5}#{i}", "prompt": f"Question {i}?", "chosen": f"<answer> Paris {i} </answer>",
+         "rejected": "<answer> Lyon </answer>" if i % 3 else "no", "head_signs": {"format": (i % 3 > 0) - 0}}
+        for i in range(13)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    outputs = {}
+    for name, command in (("one", [sys.executable]), ("two", TWO_PROCESSES)):
+        out = tmp_path / name
+        args = ["-m", "ragrl", "reward-model", "--pairs", str(path), "--encoder", str(world_dir / "model"),
+                "--out", str(out), "--heads", "answer,format", "--epochs", "4", "--val-fraction", "0.4",
+                "--batch-size", "4"]  # fmt: skip
+        run = subprocess.run([*command, *args], env=ENV, timeout=600, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        outputs[name] = (
+            load_file(out / "heads.safetensors"),
+            (out / "metrics.jsonl").read_text().splitlines(),
+        )
+    (heads_one, lines_one), (heads_two, lines_two) = outputs["one"], outputs["two"]
+    assert close(heads_one, heads_two) < 1e-5
+    assert len(lines_one) == len(lines_two) == 4
+    for a, b in zip(map(json.loads, lines_one), map(json.loads, lines_two), strict=True):
+        assert a.keys() == b.keys() and "val/accuracy/format" in a
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6)

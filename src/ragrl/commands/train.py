@@ -251,28 +251,43 @@ def reward_model(
     seed: int = 0,
 ) -> None:
     """Train a multi-head reward model (named linear heads on a frozen encoder) on preference pairs;
-    prints the last epoch's training and validation figures as JSON."""
+    prints the last epoch's training and validation figures as JSON. Under ``accelerate launch`` or
+    ``torchrun`` each process embeds an equal share of the pairs with its own copy of the encoder, and
+    the heads train on all of them (their gradients added over processes): the heads one process
+    trains."""
+    import math
+
     import torch
 
+    from ragrl.config.train import TrainConfig
     from ragrl.llm.hf_backend import _load, load_tokenizer
     from ragrl.train.reward_model import RewardModelConfig, RewardModelTrainer, read_reward_pairs
+    from ragrl.train.setup import make_accelerator
 
     if out.exists() and any(out.iterdir()):
         raise RagrlError(f"{out}: already exists and is not empty; choose a new --out")
     if not encoder.is_dir():
         raise RagrlError(f"--encoder {encoder}: not a local model folder")
-    model = _load(encoder, torch.float32).eval()
+    acc = make_accelerator(TrainConfig())
+    model = _load(encoder, torch.float32).eval().to(acc.device)
     tokenizer = load_tokenizer(encoder)
     records = read_reward_pairs(pairs, tokenizer)
     names = [h.strip() for h in heads.split(",") if h.strip()]
     config = RewardModelConfig(names, epochs, batch_size, lr, val_fraction=val_fraction, seed=seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    console.print(f"reward model: {len(names)} head(s) on {encoder}, {len(records)} pairs")
-    trainer = RewardModelTrainer(model, pad, records, config, name=str(encoder))
+    if acc.is_main_process:
+        processes = f" over {acc.num_processes} processes" if acc.num_processes > 1 else ""
+        console.print(f"reward model: {len(names)} head(s) on {encoder}, {len(records)} pairs{processes}")
+    share = math.ceil(len(records) / acc.num_processes)  # this process's contiguous share
+    mine = records[acc.process_index * share : (acc.process_index + 1) * share]
+    trainer = RewardModelTrainer(model, pad, mine, config, name=str(encoder), acc=acc)
     history = trainer.train()
-    trainer.model.save(out)
-    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history), encoding="utf-8")
-    print(json.dumps({"out": str(out), "pairs": len(records), **history[-1]}, indent=2))
+    if acc.is_main_process:
+        trainer.model.save(out)
+        lines = "".join(json.dumps(r) + "\n" for r in history)
+        (out / "metrics.jsonl").write_text(lines, encoding="utf-8")
+        print(json.dumps({"out": str(out), "pairs": len(records), **history[-1]}, indent=2))
+    acc.wait_for_everyone()
 
 
 def demo(
