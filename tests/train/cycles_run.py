@@ -7,10 +7,10 @@ process writes ``cycles.json`` (each cycle's logged metrics, the timings left ou
 policy, ``w.pt``.
 
 The cycle: 8 questions (4 a process on two), 3 candidates a state (an untagged turn is the answer, so
-the untrained policy's siblings differ), every sibling pair for the reward models, DPO batches of 4
-pairs in micro-batches of 2 (each process trains on the pairs it made: uneven shares, padded under a
-sharded engine), both reward models, the policy pairs scored by the multi-head reward model (its
-embeddings padded the same way)."""
+the untrained policy's siblings differ), every sibling pair for the reward models, DPO batches of 3
+pairs in micro-batches of 1 (each process trains on the pairs of a batch that it made: on two
+processes the shares of 3 always differ, so a sharded engine pads), both reward models, the policy
+pairs scored by the multi-head reward model."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def cycle_trainer(world: Path, run_dir: Path, *extra: str) -> CycleTrainer:
             "train.cycles.policy_pair_scorer=rm",
             "train.cycles.pref_margin=0.0",
             "train.cycles.rm_pair_threshold=0.0",
-            "train.dpo.batch_size=4",
-            "train.dpo.micro_batch_size=2",
+            "train.dpo.batch_size=3",
+            "train.dpo.micro_batch_size=1",
             "train.stages=[]",
             "train.eval_every=0",
             "train.optim.lr=1e-3",

@@ -281,3 +281,15 @@ def test_rollout_returns_credit_a_step_with_where_it_leads(world_dir, tmp_path):
     assert any(c.rollout_return != pytest.approx(c.prefix_return) for s in states for c in s.candidates)
     out = trainer.step()
     assert out["states"] > 0
+
+
+def test_a_cycle_without_an_encoder_for_its_reward_model_is_refused_before_it_plays(world_dir, tmp_path):
+    from ragrl.errors import RagrlError
+
+    method = _method(world_dir, tmp_path / "run", "train.dpo.reference_free=true")
+    acc = make_accelerator(method.train)
+    model, tokenizer = load_policy(method.train.model, acc.device)
+    with pytest.raises(RagrlError, match="the reward model embeds with the frozen reference"):
+        CycleTrainer(
+            method, method.train, accelerator=acc, model=model, tokenizer=tokenizer, eval_examples=[]
+        )

@@ -58,6 +58,8 @@ def test_a_cycle_on_two_processes_is_the_cycle_of_one_process(world_dir, tmp_pat
     (a,), (b,) = (json.loads((folder / "cycles.json").read_text()) for folder in (one, two))
     # the same episodes, siblings and pairs: every count, and each pair kind, as one process made them
     assert a["policy_pairs"] > 2 and a["rm_pairs"] > 0 and a["dpo/updates"] >= 1
+    # uneven shares of each DPO batch (3 pairs over 2 processes): a lockstep engine padded, one process not
+    assert a["padding_passes"] == 0 and (b["padding_passes"] > 0 or engine == "ddp")
     for key in (*COUNTS, *(k for k in a if k.startswith("pairs/"))):
         assert b[key] == a[key], key
     for key in ("reward", "steps", "answer_rate", "dpo/loss", "dpo/rewards/accuracy", "rm/multi/train/loss"):

@@ -141,3 +141,24 @@ def test_the_loss_is_the_logistic_loss_of_the_score_gap():
     c, r = torch.randn(5, 3), torch.randn(5, 3)
     loss, _ = pairwise_loss(c, r, torch.ones(5, 3))
     assert float(loss) == pytest.approx(float(-F.logsigmoid(c - r).mean()), abs=1e-6)
+
+
+def test_extra_passes_embed_nothing_and_change_no_embedding(world_dir):
+    """A process with fewer sequences than another makes as many forward passes (a sharded encoder's
+    are collective): the extra ones add no row; with no sequence at all, an empty [0, hidden]."""
+    from ragrl.config.train import ModelConfig
+    from ragrl.train.reward_model import embedding_passes
+    from ragrl.train.setup import load_policy
+
+    model, _ = load_policy(ModelConfig(path=str(world_dir / "model")), torch.device("cpu"))
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    sequences = [[5, 6, 7], [8, 9], [10]] * 7  # 21 sequences: 2 passes of 16
+    plain = embed_sequences(model, sequences, 0)
+    assert len(calls) == embedding_passes(21) == 2
+    padded = embed_sequences(model, sequences, 0, passes=4)
+    assert len(calls) == 2 + 4 and torch.equal(plain, padded)
+    empty = embed_sequences(model, [], 0, passes=1)
+    assert empty.shape == (0, model.config.hidden_size) and len(calls) == 7
+    with pytest.raises(RagrlError, match="no sequences"):
+        embed_sequences(model, [], 0)

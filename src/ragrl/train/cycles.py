@@ -101,12 +101,17 @@ class CycleTrainer(DPOTrainer):
         self._prepare(len(self.train_examples), updates, lr=config.dpo.lr)
         if self.ref_model is not None:  # placed as the policy is (sharded too under FSDP and ZeRO-3)
             self.ref_model = self.parallel.prepare_frozen(self.ref_model)
+        if self.ref_model is None and config.model.lora is None:  # before a cycle is played
+            self._encoder()  # raises: the reward model has nothing to embed with
         self.rollout = method.make_rollout(self.backend, self.retriever)
         ids = sorted(ex.id for ex in self.train_examples)
         random.Random(config.seed).shuffle(ids)
         self.rm_held_out = set(ids[: round(len(ids) * c.rm_val_fraction)])
         """The questions whose pairs validate the reward model (never trained on)."""
         self.reward_models: dict[str, tuple[MultiHeadRewardModel, torch.optim.Optimizer]] = {}
+        self.padding_passes = 0
+        """The cycle's forward passes that joined a lockstep engine's collectives and added nothing, on
+        every process (the DPO epoch's and the reward model's embeddings, where the shares differ)."""
 
     @property
     def total_steps(self) -> int:
@@ -120,6 +125,7 @@ class CycleTrainer(DPOTrainer):
         indices = self.sampler.take(c.questions_per_cycle)[offset : offset + per_process]
         questions = [self.train_examples[i] for i in indices]
         seed = self.config.seed * 1_000_003 + self.step_count
+        self.padding_passes = 0
 
         # 1. one episode per question of this process's share, sampling (numbered within the whole cycle)
         self.policy.eval()
@@ -165,6 +171,7 @@ class CycleTrainer(DPOTrainer):
         metrics.update(dpo)
         metrics.update(_mean_rows(self._everyone(_episode_rows(episodes, questions, results, self.method))))
         metrics.update(_pair_metrics(self._everyone([_pair_counts(states, rm_pairs, pairs)])))
+        metrics["padding_passes"] = self.padding_passes
         metrics.update(seconds_rollout=round(t_rollout, 2), step_seconds=round(time.perf_counter() - t0, 2))
         return metrics
 
@@ -190,8 +197,11 @@ class CycleTrainer(DPOTrainer):
             shares = [sum(a <= j < a + n for j in batch) for a, n in zip(starts, counts, strict=True)]
             pieces = [math.ceil(n / micro) if micro else int(n > 0) for n in shares]
             mine = [pairs[j - first] for j in batch if first <= j < first + len(pairs)]
-            passes = max(pieces) if self.parallel.lockstep else max(pieces[self.acc.process_index], 1)
-            rows.append((len(batch), self.preference_update(mine, len(batch), passes)))
+            passes = [max(pieces) if self.parallel.lockstep else max(n, 1) for n in pieces]
+            self.padding_passes += sum(passes) - sum(pieces)
+            rows.append(
+                (len(batch), self.preference_update(mine, len(batch), passes[self.acc.process_index]))
+            )
         n = sum(k for k, _ in rows)
         out = {f"dpo/{key}": sum(k * r[key] for k, r in rows) / n for key in rows[0][1] if key != "lr"}
         return {**out, "dpo/updates": len(rows), "lr": rows[-1][1]["lr"], "loss": out["dpo/loss"]}
@@ -226,6 +236,7 @@ class CycleTrainer(DPOTrainer):
             lockstep=self.parallel.lockstep,
         )
         self.reward_models[which] = (trainer.model, trainer.optimizer)
+        self.padding_passes += trainer.padding_passes
         record = trainer.train()[-1]
         out = {f"rm/{which}/{k}": v for k, v in record.items() if k != "epoch" and isinstance(v, float)}
         return {
@@ -242,8 +253,10 @@ class CycleTrainer(DPOTrainer):
         candidates = [(s, c) for s in states for c in s.candidates]
         passes = 0
         if self.parallel.lockstep:  # the encoder is sharded: every process makes as many passes
-            passes = int(self.global_max(embedding_passes(len(candidates))))
-        elif not candidates:
+            own = embedding_passes(len(candidates))
+            passes = int(self.global_max(own))
+            self.padding_passes += int(passes * self.acc.num_processes - self.global_sum(own))
+        if not (candidates or passes):
             return
         emb = embed_sequences(
             self._encoder(), [s.prompt_ids + c.token_ids for s, c in candidates], self.pad_id, passes=passes

@@ -202,19 +202,24 @@ class RewardModelTrainer:
         self.config = config
         self.acc = acc if acc is not None and acc.num_processes > 1 else None
         unknown = sorted({h for p in pairs for h in p.signs} - set(config.heads))
+        ids = [p.pair.id for p in pairs]
+        found = gather_object([(ids, unknown)]) if self.acc is not None else [(ids, unknown)]
+        unknown = sorted({h for _, heads in found for h in heads})  # every process raises, or none
         if unknown:
             raise RagrlError(f"reward model: pairs label heads {unknown} that are not among {config.heads}")
-        ids = [p.pair.id for p in pairs]
-        shares = gather_object([ids]) if self.acc is not None else [ids]
+        shares = [share for share, _ in found]
         every = [i for share in shares for i in share]
         if not every:
             raise RagrlError("reward model: no pairs to train on")
         self.first = sum(len(share) for share in shares[: self.acc.process_index if self.acc else 0])
         """The first row of this process's pairs among every process's."""
         sequences = [s.prompt_ids + s.completion_ids for p in pairs for s in (p.pair.chosen, p.pair.rejected)]
-        passes = 0
+        passes, self.padding_passes = 0, 0
+        """The forward passes every process made that embedded nothing (under a lockstep engine)."""
         if self.acc is not None and lockstep:
-            passes = max(embedding_passes(2 * len(share)) for share in shares)
+            own = [embedding_passes(2 * len(share)) for share in shares]
+            passes = max(own)
+            self.padding_passes = sum(passes - n for n in own)
         elif not sequences:
             passes = 1  # nothing of its own: one pass for the embedding's size
         emb = embed_sequences(encoder, sequences, pad_id, passes=passes)

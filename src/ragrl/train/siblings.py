@@ -16,8 +16,8 @@ reward in one call, so a candidate's value is exactly what the reward says of th
 
 ``reward_model_pairs`` keeps every pair of siblings whose returns differ by at least ``threshold``
 (EVO-RAG's Δ = 0.3); ``policy_pairs`` one pair per state, the best and the worst sibling, when they
-differ by at least ``margin`` (δ = 0.2). Pair ids are ``<question id>#<episode>.<step>.<i>.<j>``, so a
-held-out split keeps a question's pairs together.
+differ by at least ``margin`` (δ = 0.2). Pair ids are ``<question id>#<group>.<step>.<i>.<j>`` (the
+episode's group: its place in the whole batch), so a held-out split keeps a question's pairs together.
 """
 
 from __future__ import annotations
@@ -71,10 +71,19 @@ class VisitedState:
     prompt_ids: list[int]
     """The episode's prompt and the context the policy saw at this step."""
     candidates: list[Candidate] = field(default_factory=list)
+    group: int | None = None
+    """The episode's group (its question's place in the whole batch, ``Trajectory.metadata["group"]``);
+    ``episode`` is its index in this process's list."""
+    sample: int = 0
+    """The episode's sample within its group."""
 
     @property
     def pair_prefix(self) -> str:
-        return f"{self.example.id}#{self.episode}.{self.step}"
+        """``<question id>#<group>.<step>`` (``#<group>.<sample>.<step>`` past a group's first sample):
+        the same on whichever process played the episode."""
+        group = self.episode if self.group is None else self.group
+        sample = f"{self.sample}." if self.sample else ""
+        return f"{self.example.id}#{group}.{sample}{self.step}"
 
 
 def _branch(
@@ -121,7 +130,11 @@ def visited_states(
         action = dataclasses.replace(episode.actions[t])
         own = _branch(episode, t, episode.segments[:end], action, rollout.protocol.is_final(action))
         text = episode.segments[policy_at[t]].text
-        state = VisitedState(sample.episode, t, examples[sample.episode], sample.prompt_ids)
+        group = int(episode.metadata.get("group", sample.episode))
+        index = int(episode.metadata.get("sample", 0))
+        state = VisitedState(
+            sample.episode, t, examples[sample.episode], sample.prompt_ids, group=group, sample=index
+        )
         state.candidates.append(
             Candidate(sample.completion_ids, sample.completion_logprobs, text, action, own, sampled=True)
         )
