@@ -121,6 +121,31 @@ def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(wor
     same_update(a, b)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", list(SHARDED))
+def test_offload_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
+    # train.parallel.offload: FSDP's sharded state in host memory (CPUOffloadPolicy; nothing to pin
+    # without a GPU), ZeRO's optimizer state (and under ZeRO-3 its parameters) offloaded to the CPU
+    script = str(HERE / "grpo_run.py")
+    one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
+    for out in (one, two):
+        out.parent.mkdir()
+    subprocess.run([sys.executable, script, str(world_dir), str(one), "1"], check=True, env=ENV)
+    run = [
+        *TWO_PROCESSES,
+        script,
+        str(world_dir),
+        str(two),
+        "1",
+        *SHARDED[engine],
+        "train.parallel.offload=true",
+    ]
+    subprocess.run(run, check=True, env=ENV, timeout=300)
+    norms = [json.loads((out.parent / "sampler-0.json").read_text())["grad_norm"][0] for out in (one, two)]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
+    same_update(torch.load(one), torch.load(two))
+
+
 ZERO_SHARDS = ("deepspeed/state", [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)])
 CHECKPOINT_SHARDS = {
     "fsdp": ("sharded", ["__0_0.distcp", "__1_0.distcp"]),

@@ -136,7 +136,8 @@ class FullyShardedParallel(DataParallel):
             if device.type == "cuda" and self.acc.num_processes > 1:
                 # clipping and gathering then reduce CPU tensors, over a group that has only NCCL
                 raise RagrlError("train.parallel.offload: on several GPUs it is not supported yet; use one")
-            options["offload_policy"] = CPUOffloadPolicy()
+            # pinned host memory speeds the copies to a GPU; with no GPU there is none to pin
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
         for layer in layers:
             fully_shard(layer, **options)
         fully_shard(model, **options)
