@@ -269,6 +269,32 @@ def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(worl
     assert close({k: after[k] for k in good}, good) == 0.0  # the bad update was not applied
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_zero_1_or_2_policy_handed_to_a_second_trainer_is_refused(world_dir, tmp_path, stage):
+    # ZeRO-1/2 leave the parameters whole but map them to the first engine's optimizer partitions and
+    # hook their gradients: a second engine over them would train with the first one's hooks on
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path\n"
+        "from grpo_run import small_method, leave\n"
+        "from ragrl.errors import RagrlError\n"
+        "from ragrl.train.grpo import GRPOTrainer\n"
+        "m = small_method(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])\n"
+        "t = GRPOTrainer(m, m.train, eval_examples=[])\n"
+        "try:\n"
+        "    GRPOTrainer(m, m.train, eval_examples=[], model=t.policy, tokenizer=t.tokenizer)\n"
+        "except RagrlError as e:\n"
+        "    print('refused:', e)\n"
+        "leave()\n"
+    )
+    extra = ["train.parallel.mode=deepspeed", f"train.parallel.zero_stage={stage}"]
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(HERE), str(world_dir), str(tmp_path), *extra],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "refused:" in run.stdout and "sharded already" in run.stdout
+
+
 def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path):
     script = str(HERE / "grpo_run.py")
     one, ds = tmp_path / "one" / "w.pt", tmp_path / "ds" / "w.pt"

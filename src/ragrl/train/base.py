@@ -75,7 +75,7 @@ class Trainer:
         set_seed(config.seed)
         if model is None:
             model, tokenizer = load_policy(config.model, self.acc.device)
-        elif is_sharded(model):  # an earlier trainer's model, sharded in place
+        elif is_sharded(model):  # an earlier trainer's model, sharded (or held by ZeRO) in place
             raise RagrlError(
                 f"{type(self).__name__}: the model object passed in is sharded already (by an earlier "
                 "trainer) and cannot be sharded again: pass its saved folder as train.model.path"

@@ -378,10 +378,13 @@ class DeepSpeedParallel(DataParallel):
 
 
 def is_sharded(model: Any) -> bool:
-    """Whether FSDP2 or DeepSpeed ZeRO-3 has sharded ``model`` in place."""
+    """Whether FSDP2 or DeepSpeed ZeRO has taken ``model`` over in place: FSDP2 and ZeRO-3 shard its
+    parameters (``ds_id``); ZeRO-1/2 map each one to its optimizer partition (``_hp_mapping``) and hook
+    its gradients, which a second engine over the same parameters would not undo."""
     from torch.distributed.fsdp import FSDPModule
 
-    return isinstance(model, FSDPModule) or any(hasattr(p, "ds_id") for p in model.parameters())
+    marks = ("ds_id", "_hp_mapping")
+    return isinstance(model, FSDPModule) or any(hasattr(p, m) for p in model.parameters() for m in marks)
 
 
 def group_of_one(device: torch.device) -> None:
