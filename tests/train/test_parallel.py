@@ -39,6 +39,10 @@ LORA = [
 DDP processes, not one)."""
 ZERO1 = {"zero1": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=1"]}
 """ZeRO-1 (reduces at the accumulation boundary only): the first-update test."""
+OFFLOAD = {f"{name}-offload": [*extra, "train.parallel.offload=true"] for name, extra in SHARDED.items()}
+"""``train.parallel.offload``: FSDP's sharded state in host memory (``CPUOffloadPolicy``; nothing to pin
+without a GPU), ZeRO's optimizer state (and under ZeRO-3 its parameters) offloaded: the first-update
+test."""
 
 
 def engines(*names: str) -> list:
@@ -101,14 +105,14 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("engine", engines(*SHARDED, *ZERO1))
+@pytest.mark.parametrize("engine", engines(*SHARDED, *ZERO1, *OFFLOAD))
 def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
     script = str(HERE / "grpo_run.py")
     one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
     for out in (one, two):
         out.parent.mkdir()
     subprocess.run([sys.executable, script, str(world_dir), str(one), "1"], check=True, env=ENV)
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *{**SHARDED, **ZERO1}[engine]]
+    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *{**SHARDED, **ZERO1, **OFFLOAD}[engine]]
     subprocess.run(run, check=True, env=ENV, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     norms = [json.loads((out.parent / "sampler-0.json").read_text())["grad_norm"][0] for out in (one, two)]
@@ -119,31 +123,6 @@ def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(wor
     init = load_file(world_dir / "model" / "model.safetensors")
     assert max(float((a[k] - init[k]).abs().max()) for k in init) > 1e-4  # the update moved the weights
     same_update(a, b)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", list(SHARDED))
-def test_offload_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, tmp_path, engine):
-    # train.parallel.offload: FSDP's sharded state in host memory (CPUOffloadPolicy; nothing to pin
-    # without a GPU), ZeRO's optimizer state (and under ZeRO-3 its parameters) offloaded to the CPU
-    script = str(HERE / "grpo_run.py")
-    one, two = tmp_path / "one" / "w.pt", tmp_path / "two" / "w.pt"
-    for out in (one, two):
-        out.parent.mkdir()
-    subprocess.run([sys.executable, script, str(world_dir), str(one), "1"], check=True, env=ENV)
-    run = [
-        *TWO_PROCESSES,
-        script,
-        str(world_dir),
-        str(two),
-        "1",
-        *SHARDED[engine],
-        "train.parallel.offload=true",
-    ]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
-    norms = [json.loads((out.parent / "sampler-0.json").read_text())["grad_norm"][0] for out in (one, two)]
-    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
-    same_update(torch.load(one), torch.load(two))
 
 
 ZERO_SHARDS = ("deepspeed/state", [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in (0, 1)])
