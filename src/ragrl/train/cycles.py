@@ -57,6 +57,7 @@ from ragrl.train.reward_model import (
 )
 from ragrl.train.siblings import VisitedState, policy_pairs, reward_model_pairs, sample_siblings
 from ragrl.train.state import read_trainer_state
+from ragrl.train.step_metrics import mean_of
 
 RM_FILES = {"multi": "reward_model", "single": "reward_model_single"}
 
@@ -184,10 +185,11 @@ class CycleTrainer(DPOTrainer):
         ``train.dpo.batch_size`` (the last may be smaller); each process trains on the pairs of a batch
         that it made, padded to the same micro-batch passes under a lockstep engine."""
         counts = [int(n) for n in self._everyone([len(pairs)])]
-        total, first = sum(counts), sum(counts[: self.acc.process_index])
+        total = sum(counts)
         if not total:
             return {"dpo/updates": 0}
-        starts = [sum(counts[:p]) for p in range(len(counts))]
+        starts = [sum(counts[:p]) for p in range(len(counts))]  # each process's first pair
+        first = starts[self.acc.process_index]
         order = list(range(total))
         random.Random(seed).shuffle(order)
         size, micro = self.config.dpo.batch_size, self.config.dpo.micro_batch_size
@@ -322,12 +324,8 @@ def _episode_rows(
 
 
 def _mean_rows(rows: list[dict[str, float]]) -> dict[str, float]:
-    """Each value's mean over the rows that have it."""
-    out = {}
-    for key in dict.fromkeys(k for row in rows for k in row):
-        values = [row[key] for row in rows if key in row]
-        out[key] = sum(values) / len(values)
-    return out
+    """Each value's mean over the rows that have it, in the order the values first appear."""
+    return {key: mean_of(rows, key) for key in dict.fromkeys(k for row in rows for k in row)}
 
 
 def _pair_counts(states: list[VisitedState], rm_pairs: list[Any], pairs: list[Any]) -> dict[str, int]:
