@@ -125,10 +125,11 @@ def phase_1(args: argparse.Namespace, toy: bool) -> int:
 
 RECIPE_SHAPE = [
     "--shapes", "smollm2-135m", "--questions", "32", "--group", "8", "--prompt-tokens", "300",
-    "--new-tokens", "64", "--micro-batch", "16", "--profile",
+    "--new-tokens", "64", "--micro-batch", "16", "--profile", "--generate-variants",
 ]  # fmt: skip
 """Phase 1's row: SmolLM2-135M's shape at gpu_learning's batch (32 questions × 8, turns of at most 64
-tokens, micro-batches of 16), with the profile of its GRPO step."""
+tokens, micro-batches of 16), with the profile of its GRPO step and ``generate`` padded and with a
+static, compiled KV cache (what the rollout's decoding could gain)."""
 
 
 def shapes(args: argparse.Namespace, toy: bool, options: list[str]) -> None:

@@ -118,13 +118,16 @@ def one_seed(args: argparse.Namespace) -> None:
 
 
 def shared_card_env(processes: int) -> dict[str, str]:
-    """The environment of one of ``processes`` processes sharing the one GPU: each caching allocator
+    """The environment of one of ``processes`` processes sharing the one GPU (without one, the CPU's
+    cores: a thread or more each, as many as share them evenly): each caching allocator
     is held to its share of the card (``per_process_memory_fraction``, torch >= 2.10), so one cannot
     keep the memory the others need. The first GPU run had none: four processes' caches reached 57, 31,
     28 and 23 GB of 140 and three of them ran out."""
     import torch
 
     env = dict(os.environ)
+    if not torch.cuda.is_available():  # the CPU's toy path: the processes share the cores, not oversubscribe
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
     version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     if torch.cuda.is_available() and version < (2, 10):  # the option is unknown there: the processes die
         print(f"torch {torch.__version__}: no per-process memory share (needs torch >= 2.10)", flush=True)
@@ -250,18 +253,24 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                   *memory, "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
         log=args.out / "real" / "grpo.log",
     )  # fmt: skip
+    # the four evaluations side by side: each is one small model decoding 100 questions, far from
+    # filling the card, and the call's 10 minutes are the budget
+    evals = [
+        (s, name, policy, args.out / "real" / "eval" / f"{s}-{name.split()[0].lower()}")
+        for s in samples
+        for name, policy in (("SFT warm start", sft / "policy"), ("after GRPO", grpo / "policy"))
+    ]
+    (args.out / "real" / "eval").mkdir(parents=True, exist_ok=True)
+    rb.side_by_side([
+        (["eval", "--method", "search_r1", "--model", str(policy), "--data", str(split[s][0]),
+          "--index", str(pooled), "--out", str(out), "--batch-size", "256", *rb.sets(budget)],
+         out.parent / f"{out.name}.log")
+        for s, name, policy, out in evals
+    ])  # fmt: skip
     rows = []
-    for s in samples:
-        for name, policy in (("SFT warm start", sft / "policy"), ("after GRPO", grpo / "policy")):
-            out = args.out / "real" / "eval" / f"{s}-{name.split()[0].lower()}"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            rb.ragrl(
-                "eval", "--method", "search_r1", "--model", str(policy), "--data", str(split[s][0]),
-                "--index", str(pooled), "--out", str(out), "--batch-size", "256", *rb.sets(budget),
-                log=out.parent / f"{out.name}.log",
-            )  # fmt: skip
-            scores = json.loads((out / "scores.json").read_text())
-            rows.append({"sample": s, "policy": name, **{k: scores.get(k) for k in ("n_scored", "em", "f1")}})
+    for s, name, _, out in evals:
+        scores = json.loads((out / "scores.json").read_text())
+        rows.append({"sample": s, "policy": name, **{k: scores.get(k) for k in ("n_scored", "em", "f1")}})
     steps = json.loads((grpo / "summary.json").read_text())["steps"]
     for r in rows:
         r["grpo_steps"] = steps

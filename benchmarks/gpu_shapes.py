@@ -114,20 +114,65 @@ def filler_messages(tokenizer: Any, questions: list[Any], method: Any, prompt_to
     return [dataclasses.replace(q, question=tokenizer.decode(ids) + " " + q.question) for q in questions]
 
 
-def measure_generate(model: Any, batch: int, prompt: int, new: int, device: torch.device) -> dict[str, Any]:
-    ids = torch.randint(10, 8000, (batch, prompt), device=device)
+def measure_generate(
+    model: Any, batch: int, prompt: int, new: int, device: torch.device, *, padded: bool = False,
+    static: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """``model.generate`` on ``batch`` random prompts of ``prompt`` tokens, every row ``new`` tokens.
+
+    ``padded``: the prompts' lengths spread evenly from half of ``prompt`` to all of it, left-padded
+    with an attention mask, as ragrl's rollout decodes rows. ``static``: a static KV cache, for which
+    transformers compiles the decoding step (CUDA graphs) on a GPU; its first call, the compilation
+    included, is timed apart (``first_seconds``) and the measured call is the second."""
+
+    def once() -> tuple[float, int]:
+        ids = torch.randint(10, 8000, (batch, prompt), device=device)
+        mask = torch.ones_like(ids)
+        if padded:
+            for row, n in enumerate(torch.linspace(prompt // 2, prompt, batch).round().long().tolist()):
+                mask[row, : prompt - n] = 0
+                ids[row, : prompt - n] = model.generation_config.pad_token_id
+        extra = {"cache_implementation": "static"} if static else {}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **extra,
+            )  # fmt: skip
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0, (out.shape[1] - prompt) * batch
+
     free(device)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,
-            do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-        )  # fmt: skip
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
-    tokens = (out.shape[1] - prompt) * batch
-    return {"seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds), "peak_gb": peak_gb(device)}
+    first = once()[0] if static else None
+    seconds, tokens = once()
+    result = {
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(tokens / seconds),
+        "peak_gb": peak_gb(device),
+    }
+    return result if first is None else {**result, "first_seconds": round(first, 2)}
+
+
+def generate_variants(model: Any, batch: int, args: argparse.Namespace, device: torch.device) -> dict:
+    """``generate`` padded as ragrl's rows are, and with a static, compiled KV cache: what padding costs
+    and what CUDA graphs would buy the rollout (the second GPU run: ragrl's decoding step of 256 rows
+    took 93 ms against unpadded ``generate``'s 51 ms). A variant that fails is recorded, not fatal."""
+    variants: dict[str, Any] = {}
+    for name, options in (("padded", {"padded": True}), ("static", {"padded": True, "static": True})):
+        try:
+            variants[name] = measure_generate(
+                model, batch, args.prompt_tokens, args.new_tokens, device, **options
+            )
+        except Exception as e:  # noqa: BLE001 - a compiler's or a cache's failure is the figure here
+            if out_of_memory(e):
+                variants[name] = {"oom": True}
+            else:
+                variants[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        finally:
+            torch._dynamo.reset()  # the compiled step and its CUDA graphs' memory go before the next side
+            free(device)
+    return variants
 
 
 def measure_ragrl(
@@ -236,6 +281,8 @@ def sweep(
             row["parameters"] = sum(p.numel() for p in model.parameters())
             batch = questions * args.group
             row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
+            if args.generate_variants:
+                row["generate_variants"] = generate_variants(model, batch, args, device)
             method = method_for(args, questions, args.micro_batch)
             qs = filler_messages(tokenizer, (examples * questions)[:questions], method, args.prompt_tokens)
             row["prompt_tokens"] = round(
@@ -313,6 +360,22 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{o['step_seconds']:.2f} ({split}) | "
             f"{o['peak_gb'] if o['peak_gb'] is not None else '—'} | {trl} | {r.get('trl_over_ragrl', '—')} |"
         )
+    variants = [r for r in rows if "generate_variants" in r]
+    if variants:
+        lines += ["", "| shape | questions × G | generate tok/s | padded tok/s | padded, static cache tok/s "
+                  "(first call s) |", "|" + "---|" * 5]  # fmt: skip
+        for r in variants:
+            cells = []
+            for name in ("padded", "static"):
+                v = r["generate_variants"][name]
+                cell = (
+                    f"{v['tokens_per_s']:,}" if "tokens_per_s" in v else "OOM" if v.get("oom") else "failed"
+                )
+                cells.append(cell + (f" ({v['first_seconds']:.1f})" if "first_seconds" in v else ""))
+            lines.append(
+                f"| {r['shape']} | {r['questions']} × {r['sequences'] // r['questions']} | "
+                f"{r['generate']['tokens_per_s']:,} | {cells[0]} | {cells[1]} |"
+            )
     return "\n".join(lines)
 
 
@@ -328,6 +391,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward (both)")
     ap.add_argument("--max-turns", type=int, default=1, help="ragrl's rollout turns (1: the others' work)")
     ap.add_argument("--profile", action="store_true", help="cProfile the first measured ragrl step")
+    ap.add_argument(
+        "--generate-variants", action="store_true",
+        help="also generate with padded prompts, and padded with a static (on a GPU, compiled) KV cache",
+    )  # fmt: skip
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-shapes"))

@@ -66,12 +66,28 @@ BUDGET = {
 
 def ragrl(*args: str, log: Path) -> float:
     """Run one ragrl command (its output to ``log``); returns its wall time. A failure stops the script."""
+    return side_by_side([(list(args), log)])[0]
+
+
+def side_by_side(commands: list[tuple[list[str], Path]]) -> list[float]:
+    """Run ragrl commands at the same time, each ``(args, log)``; in order, the seconds until each was
+    seen to end (it is waited for after the ones before it). A failure
+    of any stops the script after all have ended (the failed ones named, with their logs)."""
     t0 = time.perf_counter()
-    with log.open("w") as f:
-        done = subprocess.run([sys.executable, "-m", "ragrl", *args], stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        sys.exit(f"ragrl {' '.join(args[:2])} failed (exit {done.returncode}); see {log}")
-    return time.perf_counter() - t0
+    procs = []
+    for args, log in commands:
+        f = log.open("w")
+        procs.append((args, log, f, subprocess.Popen([sys.executable, "-m", "ragrl", *args], stdout=f,
+                                                     stderr=subprocess.STDOUT)))  # fmt: skip
+    seconds, failed = [], []
+    for args, log, f, proc in procs:
+        if proc.wait() != 0:
+            failed.append(f"ragrl {' '.join(args[:2])} (exit {proc.returncode}; see {log})")
+        f.close()
+        seconds.append(time.perf_counter() - t0)
+    if failed:
+        sys.exit("failed: " + "; ".join(failed))
+    return seconds
 
 
 def sets(items: list[str]) -> list[str]:

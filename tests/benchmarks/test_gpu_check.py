@@ -42,6 +42,10 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     (row,) = json.loads((out / "shapes.json").read_text())
     assert row["shape"] == "toy" and row["parameters"] > 151_936 * 64
     assert row["generate"]["tokens_per_s"] > 0
+    # generate padded as ragrl's rows are, and with a static KV cache (compiled on a GPU), in a table
+    padded, static = row["generate_variants"]["padded"], row["generate_variants"]["static"]
+    assert padded["tokens_per_s"] > 0 and static["tokens_per_s"] > 0 and static["first_seconds"] > 0
+    assert "padded, static cache tok/s" in (out / "shapes.md").read_text()
     ragrl = row["ragrl"]
     assert ragrl["step_seconds"] >= ragrl["rollout_seconds"] > 0
     assert ragrl["logprob_seconds"] >= 0 and ragrl["update_seconds"] > 0
