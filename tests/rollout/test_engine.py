@@ -2,99 +2,22 @@
 
 from __future__ import annotations
 
-import json
+import importlib.util
+from pathlib import Path
 
 import pytest
-from transformers import PreTrainedTokenizerFast
 
-from ragrl.data.schema import Example, Passage
-from ragrl.errors import DataError, RagrlError
-from ragrl.llm.tiny import train_tokenizer
-from ragrl.retrieval.bm25 import BM25Retriever
+from ragrl.errors import RagrlError
 from ragrl.rollout.config import RolloutConfig
-from ragrl.rollout.engine import RolloutEngine, turn_seed
-from ragrl.rollout.records import read_trajectories, write_trajectories
-from ragrl.rollout.scripted import DemonstratorBackend, ScriptedBackend
-from ragrl.rollout.search_protocol import TAGS as SEARCH_R1_TAGS
-from ragrl.rollout.search_protocol import SearchR1Protocol
-from ragrl.rollout.trajectory import Trajectory
+from ragrl.rollout.engine import turn_seed
 
-TAGS = list(SEARCH_R1_TAGS)
-
-PASSAGES = [
-    Passage.make("Alan Turing", "Alan Turing was born in Maida Vale, London, in 1912."),
-    Passage.make("London", "London is the capital city of England and the United Kingdom."),
-    Passage.make("Paris", "Paris is the capital of France, on the river Seine."),
-    Passage.make("Ada Lovelace", "Ada Lovelace wrote the first published algorithm for a machine."),
-]
-
-
-def bpe_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level BPE with the protocol tags as single tokens and no chat template (plain prompts)."""
-    tok = train_tokenizer([p.contents for p in PASSAGES] * 3, kind="bpe", vocab_size=600, special_tags=TAGS)
-    tok.chat_template = None
-    return tok
-
-
-TOK = bpe_tokenizer()
-EOS = TOK.eos_token_id
-INFO_END = TOK.convert_tokens_to_ids("</information>")
-
-
-class CountingRetriever:
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls: list[list[str]] = []
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def search(self, queries, k):
-        self.calls.append(list(queries))
-        return self.inner.search(queries, k)
-
-    def save(self, directory):  # pragma: no cover
-        self.inner.save(directory)
-
-
-@pytest.fixture(scope="module")
-def bm25():
-    return BM25Retriever.build(PASSAGES)
-
-
-def example(i: int = 0, q: str = "In which country was Alan Turing born?") -> Example:
-    return Example(id=f"q{i}", question=q, answers=["England"])
-
-
-PROTOCOL = SearchR1Protocol()
-
-
-def turn_of(prompt_ids: list[int]) -> int:
-    """Observations seen so far (the prompt text itself contains one </information>)."""
-    return prompt_ids.count(INFO_END) - 1
-
-
-def script(turns: list[str]):
-    """A policy that writes turns[i] at turn i (and answers after the list is used up)."""
-
-    def policy(prompt_ids, index):
-        t = turn_of(prompt_ids)
-        return turns[t] if t < len(turns) else "<answer> done </answer>"
-
-    return policy
-
-
-TWO_SEARCHES = [
-    "<think> first find where Turing was born </think>\n<search> Alan Turing born </search>",
-    "<think> London; which country </think>\n<search> London capital city England </search>",
-    "<think> England </think>\n<answer> England </answer>",
-]
-
-
-def engine(policy, retriever, **cfg):
-    backend = ScriptedBackend(TOK, policy)
-    return RolloutEngine(backend, retriever, PROTOCOL, RolloutConfig(**cfg)), backend
+_spec = importlib.util.spec_from_file_location("rollout_world", Path(__file__).parent / "scripted_world.py")
+world = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(world)
+bm25 = world.bm25  # the module's BM25 index fixture
+TOK, EOS, PASSAGES, PROTOCOL = world.TOK, world.EOS, world.PASSAGES, world.PROTOCOL
+TWO_SEARCHES, CountingRetriever = world.TWO_SEARCHES, world.CountingRetriever
+example, script, engine, turn_of = world.example, world.script, world.engine, world.turn_of
 
 
 def test_two_searches_then_answer(bm25):
@@ -420,93 +343,3 @@ def test_config_n_and_seed_defaults(bm25):
     trajs = eng.run([example()])
     assert len(trajs) == 3 and backend.calls[0][1].seed is None
     assert turn_seed(1, 0) != turn_seed(0, 1) and turn_seed(3, 2) == turn_seed(3, 2)
-
-
-def test_jsonl_round_trip(tmp_path, bm25):
-    eng, _ = engine(script(TWO_SEARCHES), bm25, max_obs_tokens=9)
-    trajs = eng.run([example(0), example(1)], n=2)  # cut observations: the policy never answers
-    path = tmp_path / "t.jsonl"
-    assert write_trajectories(path, trajs) == 4
-    back = read_trajectories(path)
-    assert [t.to_dict() for t in back] == [t.to_dict() for t in trajs]
-    assert back[0].loss_mask == trajs[0].loss_mask and back[0].segments[1].truncated
-
-
-def test_jsonl_bad_lines(tmp_path):
-    good = Trajectory("q", [1, 2]).to_dict()
-    p = tmp_path / "bad.jsonl"
-    p.write_text(json.dumps(good) + "\n" + "{not json\n")
-    with pytest.raises(DataError, match=r"bad.jsonl:2"):
-        read_trajectories(p)
-    p.write_text(json.dumps(good) + "\n\n" + json.dumps({"example_id": "x", "bogus": 1}) + "\n")
-    with pytest.raises(DataError, match=r"bad.jsonl:3: not a trajectory"):
-        read_trajectories(p)
-    p.write_text("[1, 2]\n")
-    with pytest.raises(DataError, match=r"bad.jsonl:1: expected a JSON object"):
-        read_trajectories(p)
-    bad_seg = dict(good, segments=[{"kind": "weird", "token_ids": [], "text": ""}])
-    p.write_text(json.dumps(bad_seg) + "\n")
-    with pytest.raises(DataError, match=r"bad.jsonl:1"):
-        read_trajectories(p)
-
-
-class TitleDemonstrator:
-    """Searches the question, then answers with the title of the first passage it was shown."""
-
-    def __init__(self):
-        self.histories = []
-
-    def next_turn(self, example, history):
-        self.histories.append((example.id, list(history)))
-        if not history:
-            return f"<search> {example.question} </search>"
-        passages = history[-1].passages
-        title = passages[0].title if passages else "unknown"
-        return f"<think> read it </think> <answer> {title} </answer> trailing text after the stop"
-
-
-def test_demonstrator_backend_drives_the_engine(bm25):
-    examples = [example(0, "Where was Alan Turing born?"), example(1, "What is the capital of France?")]
-    demo = TitleDemonstrator()
-    backend = DemonstratorBackend.for_examples(TOK, demo, examples, PROTOCOL, bm25, RolloutConfig().k)
-    eng = RolloutEngine(backend, bm25, PROTOCOL, RolloutConfig())
-    trajs = eng.run(examples, n=2)
-    assert [t.final_answer for t in trajs] == ["Alan Turing", "Alan Turing", "Paris", "Paris"]
-    assert backend.calls == 2
-    # the history the demonstrator saw, typed: its own (stop-cut) text, the exact observation text, the
-    # protocol's parse of its text, and the very passages the engine retrieved for that search
-    second = [h for ex_id, h in demo.histories if h]
-    assert len(second) == 4
-    t0 = trajs[0]
-    (turn,) = second[0]
-    assert (turn.text, turn.observation) == (t0.segments[0].text, t0.segments[1].text)
-    assert (turn.action.kind, turn.action.content) == ("search", t0.actions[0].content)
-    assert [p.id for p in turn.passages] == t0.actions[0].retrieved_ids
-    assert t0.segments[-1].text.endswith("</answer>")  # cut at the stop string
-
-
-def test_demonstrator_backend_unknown_prompt():
-    from ragrl.errors import RagrlError
-    from ragrl.llm.backend import SamplingParams
-
-    backend = DemonstratorBackend.for_examples(TOK, TitleDemonstrator(), [example()], PROTOCOL)
-    with pytest.raises(RagrlError, match="matches no known example"):
-        backend.generate([[1, 2, 3]], SamplingParams())
-
-
-def test_scripted_generation_rules():
-    from ragrl.llm.backend import SamplingParams
-    from ragrl.rollout.scripted import scripted_generation
-
-    p = SamplingParams(max_new_tokens=50, stop=("</search>", "</answer>"))
-    g, kept = scripted_generation(TOK, "a <answer> b </answer> <search> c </search> z", p)
-    assert kept == "a <answer> b </answer>" and g.finish_reason == "stop" and g.stop == "</answer>"
-    g, kept = scripted_generation(TOK, "no stop here", p)
-    assert g.finish_reason == "eos" and g.token_ids[-1] == EOS and g.stop == EOS
-    g, _ = scripted_generation(TOK, f"early{TOK.eos_token} more <search> q </search>", p)
-    assert g.finish_reason == "eos" and g.token_ids[-1] == EOS  # whichever comes first ends it
-    g, _ = scripted_generation(TOK, f"early{TOK.eos_token} more", p)
-    assert g.finish_reason == "eos" and TOK.decode(g.token_ids) == f"early{TOK.eos_token}"
-    g, _ = scripted_generation(TOK, "x " * 100 + "<search> q </search>", SamplingParams(max_new_tokens=5))
-    assert g.finish_reason == "length" and len(g.token_ids) == 5 and g.stop is None
-    assert g.logprobs == [0.0] * 5
