@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "micro_batch_memory.py"
 
 
+@pytest.mark.slow  # 11 s: CI runs it (.ci/run), the default run stays under 10 minutes
 def test_the_micro_batch_benchmark_measures_each_size_and_prints_the_ratios():
     cmd = [sys.executable, str(SCRIPT), "--batch", "4", "--micro", "4", "2", "--length", "120",
            "--policy-tokens", "10", "--repeats", "1"]  # fmt: skip

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 24 s: CI runs it (.ci/run), the default run stays under 10 minutes
 def test_the_scale_benchmark_runs_every_step_at_toy_scale(tmp_path):
     pytest.importorskip("faiss")
     pytest.importorskip("uvicorn")

@@ -99,7 +99,13 @@ def test_watchdog_stops_on_nan_and_keeps_the_last_good_checkpoint(world_dir, tmp
     assert all(torch.equal(good[k], v) for k, v in weights(trainer).items())  # the bad update was not applied
 
 
-@pytest.mark.parametrize("extra", [[], ["train.grpo.whiten=token"]], ids=["grpo", "whitened"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param([], id="grpo"),
+        pytest.param(["train.grpo.whiten=token"], id="whitened", marks=pytest.mark.slow),
+    ],
+)
 def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path, extra):
     """The same update from one and two processes; whitened, the mean and std are over both."""
     script = str(HERE / "grpo_run.py")

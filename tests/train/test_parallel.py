@@ -45,10 +45,11 @@ without a GPU), ZeRO's optimizer state (and under ZeRO-3 its parameters) offload
 test."""
 
 
-def engines(*names: str) -> list:
-    """``names`` as test parameters: FSDP and ZeRO-3 in the default run, the others ``slow`` (CI runs
-    them after the default suite: ``.ci/run``), so the default run stays under 10 minutes here."""
-    return [n if n in ("fsdp", "zero3") else pytest.param(n, marks=pytest.mark.slow) for n in names]
+def engines(*names: str, default: str = "fsdp") -> list:
+    """``names`` as test parameters: ``default`` in the default run, the others ``slow`` (CI runs them
+    after the default suite: ``.ci/run``), so the default run stays under 10 minutes here. Each test
+    runs one engine by default, FSDP or ZeRO-3, and every test and engine runs in CI."""
+    return [n if n == default else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
 def same_update(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -155,9 +156,7 @@ def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model
     assert close({k: b[k] for k in exported}, exported) == 0.0
 
 
-@pytest.mark.parametrize(
-    "engine", [*(pytest.param(e, marks=pytest.mark.slow) for e in ("fsdp", "zero2")), "zero3"]
-)
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) for e in SHARDED])
 def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_path, engine):
     """Both processes killed (SIGKILL to the launcher's process group) during step 2 of 3, right after
     the checkpoint of step 1 is complete; a new pair resumes from it and ends where a straight run does."""
@@ -187,7 +186,7 @@ def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_pa
 
 
 @pytest.mark.parametrize("engine", engines(*SHARDED))
-@pytest.mark.parametrize("algo", ["sft", "dpo"])
+@pytest.mark.parametrize("algo", [pytest.param("sft", marks=pytest.mark.slow), "dpo"])
 def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process(
     world_dir, tmp_path, algo, engine
 ):
@@ -208,7 +207,7 @@ def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradient itself (a scale error is ×2 or ×0.5)
 
 
-@pytest.mark.parametrize("engine", engines(*SHARDED))
+@pytest.mark.parametrize("engine", engines(*SHARDED, default="zero3"))
 def test_sharded_on_two_processes_evaluates_on_the_main_process_with_a_reference_and_recompute(
     world_dir, tmp_path, engine
 ):
@@ -225,7 +224,7 @@ def test_sharded_on_two_processes_evaluates_on_the_main_process_with_a_reference
     assert all("kl" in r for r in records if r["kind"] == "train")
 
 
-@pytest.mark.parametrize("engine", engines("zero2", "zero3"))
+@pytest.mark.parametrize("engine", engines("zero2", "zero3", default="zero3"))
 def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(world_dir, tmp_path, engine):
     # ZeRO clips inside its own step: the norm is read after it, and ZeRO has skipped the update
     script = str(HERE / "parallel_run.py")
@@ -248,7 +247,7 @@ def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(worl
     assert close({k: after[k] for k in good}, good) == 0.0  # the bad update was not applied
 
 
-@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_a_zero_1_or_2_policy_handed_to_a_second_trainer_is_refused(world_dir, tmp_path, stage):
     # ZeRO-1/2 leave the parameters whole but map them to the first engine's optimizer partitions and
     # hook their gradients: a second engine over them would train with the first one's hooks on
@@ -283,7 +282,7 @@ def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path):
     assert close(torch.load(one), torch.load(ds)) == 0.0
 
 
-@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) for e in ("fsdp", "zero3")])
 def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and_exports_the_adapters(
     world_dir, tmp_path, engine
 ):
@@ -314,8 +313,10 @@ def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and
     assert close(adapters, {k.replace(".default", ""): v for k, v in c.items() if "lora_" in k}) == 0.0
 
 
-@pytest.mark.parametrize("engine", [pytest.param("fsdp", marks=pytest.mark.slow), "zero3"])
-@pytest.mark.parametrize("lora", [[], LORA], ids=["full", "lora"])
+@pytest.mark.parametrize("engine", engines("fsdp", "zero3", default="zero3"))
+@pytest.mark.parametrize(
+    "lora", [pytest.param([], id="full", marks=pytest.mark.slow), pytest.param(LORA, id="lora")]
+)
 def test_sharded_update_pads_a_process_whose_groups_were_all_filtered_out(world_dir, tmp_path, engine, lora):
     # process 1's rewards are all 0, so drop_zero_variance leaves it nothing: every pass of its update
     # (π_old recomputed, the KL reference, the policy) is padding that must join process 0's collectives;
