@@ -127,7 +127,7 @@ def shared_card_env(processes: int) -> dict[str, str]:
 
     env = dict(os.environ)
     if not torch.cuda.is_available():  # the CPU's toy path: the processes share the cores, not oversubscribe
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+        env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // processes))
     version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     if torch.cuda.is_available() and version < (2, 10):  # the option is unknown there: the processes die
         print(f"torch {torch.__version__}: no per-process memory share (needs torch >= 2.10)", flush=True)
@@ -137,6 +137,19 @@ def shared_card_env(processes: int) -> dict[str, str]:
             x for x in (env.get("PYTORCH_CUDA_ALLOC_CONF"), share, "expandable_segments:True") if x
         )
     return env
+
+
+def share_of_share(env: dict[str, str], parts: int) -> dict[str, str]:
+    """``env`` with its process's share of the card (``per_process_memory_fraction``, set by
+    ``shared_card_env``) split among ``parts`` child processes; unchanged where no share is set."""
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF")
+    if not conf:
+        return env
+    items = []
+    for item in conf.split(","):
+        key, _, value = item.partition(":")
+        items.append(f"{key}:{float(value) / parts:.3f}" if key == "per_process_memory_fraction" else item)
+    return {**env, "PYTORCH_CUDA_ALLOC_CONF": ",".join(items)}
 
 
 def world_part(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -253,20 +266,22 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                   *memory, "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
         log=args.out / "real" / "grpo.log",
     )  # fmt: skip
-    # the four evaluations side by side: each is one small model decoding 100 questions, far from
-    # filling the card, and the call's 10 minutes are the budget
+    # the four evaluations two at a time (a sample's two policies side by side): the call's 10 minutes
+    # are the budget; each holds half of this process's share of the card, which it leaves unused
     evals = [
         (s, name, policy, args.out / "real" / "eval" / f"{s}-{name.split()[0].lower()}")
         for s in samples
         for name, policy in (("SFT warm start", sft / "policy"), ("after GRPO", grpo / "policy"))
     ]
     (args.out / "real" / "eval").mkdir(parents=True, exist_ok=True)
-    rb.side_by_side([
-        (["eval", "--method", "search_r1", "--model", str(policy), "--data", str(split[s][0]),
-          "--index", str(pooled), "--out", str(out), "--batch-size", "256", *rb.sets(budget)],
-         out.parent / f"{out.name}.log")
-        for s, name, policy, out in evals
-    ])  # fmt: skip
+    env = share_of_share(dict(os.environ), 2)
+    for sample in samples:
+        rb.side_by_side([
+            (["eval", "--method", "search_r1", "--model", str(policy), "--data", str(split[s][0]),
+              "--index", str(pooled), "--out", str(out), "--batch-size", "256", *rb.sets(budget)],
+             out.parent / f"{out.name}.log")
+            for s, name, policy, out in evals if s == sample
+        ], env=env)  # fmt: skip
     rows = []
     for s, name, _, out in evals:
         scores = json.loads((out / "scores.json").read_text())

@@ -123,7 +123,9 @@ def measure_generate(
     ``padded``: the prompts' lengths spread evenly from half of ``prompt`` to all of it, left-padded
     with an attention mask, as ragrl's rollout decodes rows. ``static``: a static KV cache, for which
     transformers compiles the decoding step (CUDA graphs) on a GPU; its first call, the compilation
-    included, is timed apart (``first_seconds``) and the measured call is the second."""
+    included, is timed apart (``first_seconds``), and the measured call is the third (a second may
+    record its graphs again for a new cache). The model decodes in eval mode, as ragrl's rollout does
+    (in training mode, with gradient checkpointing on, some transformers versions drop the KV cache)."""
 
     def once() -> tuple[float, int]:
         ids = torch.randint(10, 8000, (batch, prompt), device=device)
@@ -144,8 +146,15 @@ def measure_generate(
         return time.perf_counter() - t0, (out.shape[1] - prompt) * batch
 
     free(device)
-    first = once()[0] if static else None
-    seconds, tokens = once()
+    was_training = model.training
+    model.eval()
+    try:
+        first = once()[0] if static else None
+        if static:
+            once()
+        seconds, tokens = once()
+    finally:
+        model.train(was_training)
     result = {
         "seconds": round(seconds, 2),
         "tokens_per_s": round(tokens / seconds),
@@ -155,14 +164,17 @@ def measure_generate(
 
 
 def generate_variants(model: Any, batch: int, args: argparse.Namespace, device: torch.device) -> dict:
-    """``generate`` padded as ragrl's rows are, and with a static, compiled KV cache: what padding costs
-    and what CUDA graphs would buy the rollout (the second GPU run: ragrl's decoding step of 256 rows
-    took 93 ms against unpadded ``generate``'s 51 ms). A variant that fails is recorded, not fatal."""
+    """``generate`` as the row's reference measured it (``plain``, timed again here on a warm process so
+    the three compare), padded as ragrl's rows are, and padded with a static, compiled KV cache: what
+    padding costs and what CUDA graphs would buy the rollout (the second GPU run: ragrl's decoding step
+    of 256 rows took 93 ms against unpadded ``generate``'s 51 ms). A variant that fails is recorded,
+    not fatal."""
     variants: dict[str, Any] = {}
-    for name, options in (("padded", {"padded": True}), ("static", {"padded": True, "static": True})):
+    options = {"plain": {}, "padded": {"padded": True}, "static": {"padded": True, "static": True}}
+    for name, extra in options.items():
         try:
             variants[name] = measure_generate(
-                model, batch, args.prompt_tokens, args.new_tokens, device, **options
+                model, batch, args.prompt_tokens, args.new_tokens, device, **extra
             )
         except Exception as e:  # noqa: BLE001 - a compiler's or a cache's failure is the figure here
             if out_of_memory(e):
@@ -170,8 +182,11 @@ def generate_variants(model: Any, batch: int, args: argparse.Namespace, device: 
             else:
                 variants[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         finally:
-            torch._dynamo.reset()  # the compiled step and its CUDA graphs' memory go before the next side
-            free(device)
+            try:  # the compiled step and its CUDA graphs' memory go before the next side
+                torch._dynamo.reset()
+                free(device)
+            except Exception as e:  # noqa: BLE001 - a broken context: the next side will say so
+                variants[name] = {**variants.get(name, {}), "cleanup_error": f"{type(e).__name__}: {e}"[:300]}
     return variants
 
 
@@ -281,8 +296,6 @@ def sweep(
             row["parameters"] = sum(p.numel() for p in model.parameters())
             batch = questions * args.group
             row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
-            if args.generate_variants:
-                row["generate_variants"] = generate_variants(model, batch, args, device)
             method = method_for(args, questions, args.micro_batch)
             qs = filler_messages(tokenizer, (examples * questions)[:questions], method, args.prompt_tokens)
             row["prompt_tokens"] = round(
@@ -290,6 +303,8 @@ def sweep(
             )
             profile = args.tables_dir / "profile.txt" if args.profile and not args.profiled else None
             row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device, profile)
+            if args.generate_variants:  # after ragrl's step: a compiler's failure cannot cost the row
+                row["generate_variants"] = generate_variants(model, batch, args, device)
             args.profiled = args.profiled or profile is not None  # the first row of the whole run
             del model
             free(device)
@@ -362,19 +377,21 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
     variants = [r for r in rows if "generate_variants" in r]
     if variants:
-        lines += ["", "| shape | questions × G | generate tok/s | padded tok/s | padded, static cache tok/s "
-                  "(first call s) |", "|" + "---|" * 5]  # fmt: skip
+        lines += ["", "| shape | questions × G | generate tok/s (warm) | padded tok/s | padded, static cache "
+                  "tok/s (first call s) |", "|" + "---|" * 5]  # fmt: skip
         for r in variants:
             cells = []
-            for name in ("padded", "static"):
+            for name in ("plain", "padded", "static"):
                 v = r["generate_variants"][name]
-                cell = (
-                    f"{v['tokens_per_s']:,}" if "tokens_per_s" in v else "OOM" if v.get("oom") else "failed"
-                )
+                if "tokens_per_s" in v:
+                    cell = f"{v['tokens_per_s']:,}"
+                else:
+                    cell = "OOM" if v.get("oom") else f"failed: {v.get('error', '?')[:60]}"
                 cells.append(cell + (f" ({v['first_seconds']:.1f})" if "first_seconds" in v else ""))
             lines.append(
                 f"| {r['shape']} | {r['questions']} × {r['sequences'] // r['questions']} | "
-                f"{r['generate']['tokens_per_s']:,} | {cells[0]} | {cells[1]} |"
+                + " | ".join(cells)
+                + " |"
             )
     return "\n".join(lines)
 

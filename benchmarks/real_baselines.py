@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # the shared samples: ../shared/data beside the checkout, or RAGRL_SHARED_DATA (a GPU machine's copy)
 SHARED = Path(
@@ -69,22 +70,31 @@ def ragrl(*args: str, log: Path) -> float:
     return side_by_side([(list(args), log)])[0]
 
 
-def side_by_side(commands: list[tuple[list[str], Path]]) -> list[float]:
-    """Run ragrl commands at the same time, each ``(args, log)``; in order, the seconds until each was
-    seen to end (it is waited for after the ones before it). A failure
-    of any stops the script after all have ended (the failed ones named, with their logs)."""
+def side_by_side(commands: list[tuple[list[str], Path]], env: dict[str, str] | None = None) -> list[float]:
+    """Run ragrl commands at the same time, each ``(args, log)``, in ``env`` (default: this process's);
+    in order, the seconds until each was seen to end (it is waited for after the ones before it). A
+    failure of any stops the script after all have ended (the failed ones named, with their logs); if
+    this process is stopped first, the ones still running are killed."""
     t0 = time.perf_counter()
-    procs = []
-    for args, log in commands:
-        f = log.open("w")
-        procs.append((args, log, f, subprocess.Popen([sys.executable, "-m", "ragrl", *args], stdout=f,
-                                                     stderr=subprocess.STDOUT)))  # fmt: skip
+    procs: list[tuple[list[str], Path, Any, subprocess.Popen]] = []
     seconds, failed = [], []
-    for args, log, f, proc in procs:
-        if proc.wait() != 0:
-            failed.append(f"ragrl {' '.join(args[:2])} (exit {proc.returncode}; see {log})")
-        f.close()
-        seconds.append(time.perf_counter() - t0)
+    try:
+        for args, log in commands:
+            f = log.open("w")
+            command = [sys.executable, "-m", "ragrl", *args]
+            procs.append(
+                (args, log, f, subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env))
+            )
+        for args, log, _, proc in procs:
+            if proc.wait() != 0:
+                failed.append(f"ragrl {' '.join(args[:2])} (exit {proc.returncode}; see {log})")
+            seconds.append(time.perf_counter() - t0)
+    finally:
+        for _, _, f, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            f.close()
     if failed:
         sys.exit("failed: " + "; ".join(failed))
     return seconds

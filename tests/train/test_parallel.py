@@ -48,7 +48,8 @@ test."""
 def engines(*names: str, default: str = "fsdp") -> list:
     """``names`` as test parameters: ``default`` in the default run, the others ``slow`` (CI runs them
     after the default suite: ``.ci/run``), so the default run stays under 10 minutes here. The default
-    run checks each behaviour under one engine, FSDP or ZeRO-3 (kill -9, LoRA and SFT under none);
+    run checks each behaviour under one engine, FSDP or ZeRO-3 (kill -9, LoRA's update and resume, and
+    SFT under none);
     CI runs every test under every engine."""
     return [n if n == default else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
