@@ -149,9 +149,10 @@ def measure_generate(
     was_training = model.training
     model.eval()
     try:
-        first = once()[0] if static else None
+        first = None
         if static:
-            once()
+            first = once()[0]  # the compilation
+            once()  # a second call may record its graphs again for a new cache
         seconds, tokens = once()
     finally:
         model.train(was_training)
