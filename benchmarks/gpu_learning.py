@@ -194,9 +194,9 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The table (one row per seed, the mean last) and the figures the bar reads."""
     head = (
         "| seed | answerable EM warm start | after GRPO | gain (points) | closed-book | heuristic | "
-        "top answer (share) | answerable, no answer | GRPO steps | GRPO s | wall s | peak MB |"
+        "top answer (share) | answerable, no answer | GRPO steps | GRPO s | wall s | peak MB | decoded by |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 13]
     gains, afters, closed = [], [], []
     for s in summaries:
         rows = s["held_out"]
@@ -212,7 +212,8 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"{gain:+.1f} | "
             f"{s['em_answerable_closed_book']:.3f} | {s['em_answerable_heuristic']:.3f} | "
             f"{after['top_answer']!r} ({after['top_answer_share']:.0%}) | {no_answer:.0%} | {s['steps']} | "
-            f"{s['rl_seconds']:.0f} | {s['wall_seconds']:.0f} | {s['peak_memory_mb']:.0f} |"
+            f"{s['rl_seconds']:.0f} | {s['wall_seconds']:.0f} | {s['peak_memory_mb']:.0f} | "
+            f"{'; '.join(f'{k} ×{v}' for k, v in s.get('decode', {}).items()) or '—'} |"
         )
     mean = {
         "gain_mean": statistics.mean(gains),
@@ -223,7 +224,7 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     lines.append(
         f"| mean | | {mean['em_answerable_after_mean']:.3f} | {mean['gain_mean']:+.1f} "
         f"(min {mean['gain_min']:+.1f})"
-        f" | max {mean['closed_book_max']:.3f} | | | | | | | |"
+        f" | max {mean['closed_book_max']:.3f} | | | | | | | | |"
     )
     return "\n".join(lines), mean
 

@@ -203,7 +203,9 @@ def measure_ragrl(
         retriever=None, model=model, tokenizer=tokenizer,
     )  # fmt: skip
     trainer.step()  # warm-up: kernels, allocator
+    trainer.backend.decode_log.clear()
     m = trainer.step()  # the measured step, never under the profiler (it slows Python-heavy phases)
+    decoded = dict(trainer.backend.decode_log)  # what decoded the measured step's batches
     if profile is not None:  # a third step, profiled
         profiler = cProfile.Profile()
         profiler.runcall(trainer.step)
@@ -216,7 +218,7 @@ def measure_ragrl(
     out = {k: m[k] for k in keys}
     sequences = len(questions) * method.rollout.n
     out["rollout_tokens_per_s"] = round(sequences * m["response_len"] / m["rollout_seconds"])
-    return {**out, "peak_gb": peak_gb(device)}
+    return {**out, "peak_gb": peak_gb(device), "decode": decoded}
 
 
 def measure_trl(
@@ -256,7 +258,7 @@ def measure_trl(
     return {"step_seconds": round(statistics.median(seconds), 3), "trl": trl.__version__}
 
 
-def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
+def method_for(args: argparse.Namespace, questions: int, micro: int, decode: str | None = None) -> Any:
     from ragrl.methods import load_method
 
     return load_method(
@@ -272,6 +274,7 @@ def method_for(args: argparse.Namespace, questions: int, micro: int) -> Any:
             "train.grpo.micro_batch_size": micro, "train.grpo.loss_agg": "token_mean",
             "train.grpo.group_filter": "keep_all",
             "train.model.generation_batch_size": questions * args.group,
+            "train.model.decode": decode or args.decode,
             "train.model.gradient_checkpointing": args.gradient_checkpointing,
             # TRL's side runs bf16 autocast on a GPU: the same here, and one precision for accelerate's
             # process-wide state (a second shape's ragrl trainer asking 'no' after TRL's 'bf16' was
@@ -306,6 +309,9 @@ def sweep(
             row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device, profile)
             if args.generate_variants:  # after ragrl's step: a compiler's failure cannot cost the row
                 row["generate_variants"] = generate_variants(model, batch, args, device)
+                # the same step with the plain decoding loop, on the same warm process
+                loop = method_for(args, questions, args.micro_batch, decode="loop")
+                row["ragrl_loop"] = measure_ragrl(model, tokenizer, loop, qs, device)
             args.profiled = args.profiled or profile is not None  # the first row of the whole run
             del model
             free(device)
@@ -378,6 +384,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
     variants = [r for r in rows if "generate_variants" in r]
     if variants:
+        lines += ["", "| shape | questions × G | ragrl decode | ragrl step s (rollout) | rollout tok/s | "
+                  "plain loop: step s (rollout) | plain loop: rollout tok/s |", "|" + "---|" * 7]  # fmt: skip
+        for r in variants:
+            o, p = r["ragrl"], r.get("ragrl_loop", {})
+            loop = (f"{p['step_seconds']:.2f} ({p['rollout_seconds']:.2f}) | {p['rollout_tokens_per_s']:,}"
+                    if "step_seconds" in p else "— | —")  # fmt: skip
+            lines.append(
+                f"| {r['shape']} | {r['questions']} × {r['sequences'] // r['questions']} | "
+                f"{', '.join(f'{k} ×{v}' for k, v in o.get('decode', {}).items())} | "
+                f"{o['step_seconds']:.2f} ({o['rollout_seconds']:.2f}) | {o['rollout_tokens_per_s']:,} | "
+                f"{loop} |"
+            )
         lines += ["", "| shape | questions × G | generate tok/s (warm) | padded tok/s | padded, static cache "
                   "tok/s (first call s) |", "|" + "---|" * 5]  # fmt: skip
         for r in variants:
@@ -414,6 +432,9 @@ def main(argv: list[str] | None = None) -> None:
         help="also generate with padded prompts, and padded with a static (on a GPU, compiled) KV cache",
     )  # fmt: skip
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--decode", default="auto", help="ragrl's train.model.decode (auto: a CUDA graph on a GPU)"
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-shapes"))
     ap.add_argument("--toy", action="store_true", help="the toy shape, tiny lengths, on the CPU")
@@ -422,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.toy:
         args.shapes, args.questions, args.group = ["toy"], [2], 2
         args.prompt_tokens, args.new_tokens, args.micro_batch = 48, 8, 2
+        if args.decode == "auto":  # auto is the plain loop on a CPU: the GPU's path, without the graph
+            args.decode = "static"
     warnings.filterwarnings("ignore")
     logging.getLogger("transformers").setLevel(logging.ERROR)
     import grpo_vs_trl  # noqa: F401 - registers the benchmark reward ``bench_len``

@@ -52,6 +52,13 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     assert ragrl["logprob_seconds"] >= 0 and ragrl["update_seconds"] > 0
     # one turn a sequence, as generate's and TRL's (a random model never closes a tag)
     assert ragrl["response_len"] <= 8 and ragrl["rollout_tokens_per_s"] > 0
+    # the toy step decodes over static buffers (the step a GPU replays as a graph), the same step with
+    # the plain loop beside it
+    assert set(ragrl["decode"]) == {"static"} and set(row["ragrl_loop"]["decode"]) == {"loop"}
+    assert (
+        row["ragrl_loop"]["rollout_seconds"] > 0
+        and "plain loop: rollout tok/s" in (out / "shapes.md").read_text()
+    )
     # three seeds side by side, each with the closing table's figures; the bar's figures
     world = (out / "world.md").read_text().splitlines()
     assert [line.split("|")[1].strip() for line in world[2:]] == ["0", "1", "2", "mean"]
@@ -60,6 +67,8 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     for seed in (0, 1, 2):
         summary = json.loads((work / "learning" / f"seed-{seed}" / "summary.json").read_text())
         assert summary["stopped"] == "time" and summary["steps"] == 1  # the GRPO budget ended the run
+        assert set(summary["decode"]) == {"loop"}  # auto on a CPU; a GPU's says graph (or why not)
+    assert "decoded by" in world[0] and "loop ×" in world[2]
     if SHARED.is_dir():  # warm start and GRPO on the real samples, both scored
         real = (out / "real.md").read_text().splitlines()[2:]
         assert [tuple(c.strip() for c in line.split("|")[1:3]) for line in real] == [

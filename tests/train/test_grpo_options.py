@@ -311,6 +311,10 @@ def test_a_recomputed_pi_old_is_compared_with_the_backends_logprobs_and_can_weig
             "train.engine.backend must be one of transformers, vllm, got 'sglang'",
         ),
         (["train.engine.sync_every=0"], "train.engine.sync_every must be >= 1, got 0"),
+        (
+            ["train.model.decode=fast"],
+            "train.model.decode must be one of auto, loop, static, graph, got 'fast'",
+        ),
         (["train.grpo.tis_cap=0.5"], "train.grpo.tis_cap must be 0 .off. or >= 1"),
         (["train.grpo.tis_cap=2", "train.grpo.old_logprobs=rollout"], "with 'rollout'"),
         (["train.engine.backend=vllm", "train.algo=cycles"], "train.algo 'cycles' generates with the policy"),
@@ -372,3 +376,17 @@ def test_tis_is_refused_where_the_backends_logprobs_do_not_describe_the_trained_
         small_method(
             world_dir, tmp_path / "b", "train.grpo.tis_cap=2", "train.grpo.name_swap=0.5"
         ).train.validate()
+
+
+def test_static_decoding_rolls_out_what_the_loop_does(world_dir, tmp_path):
+    """``train.model.decode=static`` (the step a GPU replays as a CUDA graph) samples the same rollouts as
+    the plain loop from the same seed: the same step metrics, and the summary says what decoded."""
+    rows = {}
+    for decode in ("loop", "static"):
+        method = small_method(world_dir, tmp_path / decode, "train.steps=1", f"train.model.decode={decode}")
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
+        rows[decode] = trainer.step()
+        assert set(trainer.backend.decode_log) == {decode}
+    keys = ("response_len", "reward", "searches", "entropy", "loss", "grad_norm")
+    for key in keys:
+        assert rows["static"][key] == pytest.approx(rows["loop"][key], rel=1e-4, abs=1e-6), key

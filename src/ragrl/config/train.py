@@ -43,6 +43,11 @@ class ModelConfig:
     lora: LoraConfig | None = None
     generation_batch_size: int = 64
     """Prompts decoded together by the rollout backend."""
+    decode: str = "auto"
+    """How the transformers backend decodes after each prefill (docs/backends.md): ``auto`` (the decoding
+    step replayed as a CUDA graph on a GPU for Llama / Qwen2 / Qwen3 / Mistral models, else ``loop``),
+    ``loop`` (the model's forward with a growing cache), ``static`` (static key/value buffers, eager) or
+    ``graph``."""
 
 
 @dataclass

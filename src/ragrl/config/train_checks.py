@@ -11,6 +11,7 @@ from typing import Any
 
 from ragrl.algos import ADVANTAGES, AGGREGATIONS, FILTERS, KL_ESTIMATORS, POLICY_LOSSES, PREFERENCE_LOSSES
 from ragrl.errors import RagrlError
+from ragrl.llm.hf_backend import DECODE_MODES
 from ragrl.rollout.outcomes import OUTCOMES
 
 WHITEN_MODES = ("none", "sample", "token")
@@ -146,6 +147,10 @@ def check_train_config(config: Any) -> None:
         raise RagrlError(
             f"train.grpo.tis_cap must be 0 (off) or >= 1 with old_logprobs auto or recompute, got "
             f"{g.tis_cap} with {g.old_logprobs!r}"
+        )
+    if config.model.decode not in DECODE_MODES:
+        raise RagrlError(
+            f"train.model.decode must be one of {', '.join(DECODE_MODES)}, got {config.model.decode!r}"
         )
     e = config.engine
     if e.backend not in ROLLOUT_BACKENDS:

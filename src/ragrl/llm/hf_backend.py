@@ -17,13 +17,15 @@ batch size, on the other prompts in the call or on the device the model runs on 
 floating-point differences in the logits).
 ``seed=None`` draws the per-call seed from torch's global RNG (so ``torch.manual_seed`` fixes it).
 
-KV caches (growing storage, the prefix cache across rollout turns): see ``ragrl.llm.kv_cache``.
+KV caches (growing storage, the prefix cache across rollout turns): see ``ragrl.llm.kv_cache``; decoding
+over static buffers replayed as a CUDA graph (``decode``): see ``ragrl.llm.static_decode``.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,15 @@ from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.checksums import verify_checksums
 from ragrl.llm.kv_cache import PrefixCache, new_cache
 from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
+from ragrl.llm.static_decode import CudaGraphStep, StaticDecoder, unsupported_reason
 
-__all__ = ["TransformersBackend", "resolve_device", "resolve_dtype"]
+__all__ = ["DECODE_MODES", "TransformersBackend", "resolve_device", "resolve_dtype"]
+
+DECODE_MODES = ("auto", "loop", "static", "graph")
+"""How a call decodes after its prefill (``ragrl.llm.static_decode``): ``loop``, the model's forward with
+a growing cache, finished rows dropped; ``static``, the model's decoder layers over static key/value
+buffers; ``graph``, the static step replayed as a CUDA graph; ``auto``: graph on CUDA for a supported
+model, else loop."""
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -199,6 +208,10 @@ class TransformersBackend:
     EOS: the tokenizer's ``eos_token_id`` and the model's ``generation_config.eos_token_id`` (one id or
     a list, as vLLM also stops on) end a sequence with ``finish_reason="eos"``. ``stop_token_ids``
     end it with ``"stop"`` and ``stop`` = the token id; stop strings with ``"stop"`` and the string.
+
+    ``decode`` (``DECODE_MODES``): how each call decodes after its prefill; ``auto`` replays the decoding
+    step as a CUDA graph on a GPU for Llama / Qwen2 / Qwen3 / Mistral models and runs the plain loop
+    elsewhere. Each generation's ``metadata["decode"]`` says what ran.
     """
 
     def __init__(
@@ -211,9 +224,12 @@ class TransformersBackend:
         batch_size: int = 16,
         max_prompt_len: int | None = None,
         prefix_cache_mb: float = 256.0,
+        decode: str = "auto",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decode not in DECODE_MODES:
+            raise RagrlError(f"decode={decode!r}: use one of {', '.join(DECODE_MODES)}")
         if isinstance(model_or_path, str | Path):
             path = Path(model_or_path)
             if not path.is_dir():
@@ -246,6 +262,9 @@ class TransformersBackend:
         self.prune_finished = True
         """Drop finished rows from the KV cache (when the cache supports it); False keeps them."""
         self.prefix_cache = PrefixCache(prefix_cache_mb)
+        self.decode = decode
+        self.decode_log: Counter[str] = Counter()
+        """Batches decoded, by what ran (``loop``, ``static``, ``graph``, ``eager (why)``)."""
         self.eos_token_ids = self._eos_ids()
         pad = tokenizer.pad_token_id
         if pad is None:
@@ -263,6 +282,22 @@ class TransformersBackend:
         elif isinstance(extra, list | tuple):
             ids.update(int(x) for x in extra)
         return frozenset(ids)
+
+    def _decode_mode(self) -> str:
+        """``loop``, ``static`` or ``graph`` for this call (``decode="auto"``: graph on CUDA for a supported
+        model, else the plain loop); an explicit mode the model or device cannot run is a ``RagrlError``."""
+        if self.decode == "loop":
+            return "loop"
+        reason = unsupported_reason(self.model)
+        if self.decode == "auto":
+            return "graph" if reason is None and self.device.type == "cuda" else "loop"
+        if reason is not None:
+            raise RagrlError(f"decode={self.decode!r}: {reason}; use decode='loop' (or 'auto')")
+        if self.decode == "graph" and self.device.type != "cuda":
+            raise RagrlError(
+                f"decode='graph' needs a CUDA device, the model is on {self.device}; use 'static'"
+            )
+        return self.decode
 
     # ------------------------------------------------------------------------------------------
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
@@ -331,18 +366,24 @@ class TransformersBackend:
         can_prune = self.prune_finished
         extra: dict[str, Any] = {"logits_to_keep": 1} if accepts_logits_to_keep(self.model) else {}
         cache_key = cache_keyword(self.model)
+        mode = self._decode_mode()
+        static: StaticDecoder | None = None  # after the prefill, in the static and graph modes
+        run_step: Any = None
 
         for step in range(params.max_new_tokens):
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                use_cache=True,
-                **{cache_key: cache},
-                **extra,
-            )
-            cache = out[cache_key]
-            logits = out.logits[:, -1, :].float()
+            if static is None:  # the prefill, and every step of the plain loop
+                out = self.model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    use_cache=True,
+                    **{cache_key: cache},
+                    **extra,
+                )
+                cache = out[cache_key]
+                logits = out.logits[:, -1, :].float()
+            else:
+                logits = run_step().float()
             tokens, lps = self._pick(logits, params, [generators[i] for i in active], greedy)
             tok_list = tokens.tolist()
             lp_list = lps.tolist()
@@ -368,11 +409,22 @@ class TransformersBackend:
                     keep.append(row)
                 elif self.prefix_cache.enabled:
                     # the cache holds every token fed so far: the prompt and the generation but its last
-                    self.prefix_cache.put(prompts[seq] + out_ids[seq][:-1], cache, row, attention_mask[row])
+                    fed = cache if static is None else static.cache_view(attention_mask.shape[1])
+                    self.prefix_cache.put(prompts[seq] + out_ids[seq][:-1], fed, row, attention_mask[row])
             if not keep:
                 break
 
             next_tokens = tokens.to(dev)
+            if mode != "loop":  # every row is fed, finished or not: the static step's shapes are fixed
+                if static is None:
+                    static = StaticDecoder(
+                        self.model, cache, attention_mask, position_ids, params.max_new_tokens - 1
+                    )
+                    cache = out = None  # the prefill's cache lives on in the static buffers only
+                    run_step = CudaGraphStep(static) if mode == "graph" else static.step
+                static.feed(next_tokens)
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((n, 1))], 1)
+                continue
             if len(keep) < len(active) and can_prune and hasattr(cache, "batch_select_indices"):
                 sel = torch.tensor(keep, device=dev)
                 try:
@@ -391,6 +443,8 @@ class TransformersBackend:
             position_ids = position_ids[:, -1:] + 1
 
         elapsed = time.perf_counter() - t0
+        decoded = run_step.status if isinstance(run_step, CudaGraphStep) else mode
+        self.decode_log[decoded] += 1
         gens = []
         for seq in range(n):
             reason, stop = finish[seq] if finish[seq] is not None else ("length", None)
@@ -400,7 +454,7 @@ class TransformersBackend:
                     logprobs=out_lps[seq],
                     finish_reason=reason,
                     stop=stop,
-                    metadata={"backend": "transformers", "batch_seconds": elapsed},
+                    metadata={"backend": "transformers", "batch_seconds": elapsed, "decode": decoded},
                 )
             )
         return gens

@@ -143,7 +143,10 @@ class Trainer:
         self.acc.register_for_checkpointing(self.scheduler, self.sampler)
         self.policy = self.parallel.unwrap(self.model)
         self.backend = TransformersBackend(
-            self.policy, self.tokenizer, batch_size=self.config.model.generation_batch_size
+            self.policy,
+            self.tokenizer,
+            batch_size=self.config.model.generation_batch_size,
+            decode=self.config.model.decode,
         )
         self.pad_id = self.backend.pad_token_id
 
@@ -422,6 +425,9 @@ class Trainer:
             "wall_seconds": round(self.log.elapsed(), 1),
             "peak_memory_mb": peak_memory_mb(),
         }
+        decoded = getattr(getattr(self, "backend", None), "decode_log", None)
+        if decoded:  # what decoded the policy's batches (a GPU's CUDA graph, or why not)
+            summary["decode"] = dict(decoded)
         if self.best is not None:
             summary["best"] = self.best
         if self.stopped is not None:

@@ -1,0 +1,230 @@
+"""Decoding over static key/value buffers (``decode="static"``, the step a GPU replays as a CUDA graph)
+gives the plain loop's tokens and, to float rounding, its log-probs: Llama (SmolLM2, the tiny policy)
+and Qwen2 (with q/k/v biases and grouped KV heads), greedy and sampled, with stop strings, EOS, rows
+that finish early and the prefix cache's second turn."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from ragrl.errors import RagrlError
+from ragrl.llm.backend import SamplingParams
+from ragrl.llm.hf_backend import TransformersBackend
+from ragrl.llm.static_decode import StaticDecoder, unsupported_reason
+
+VOCAB = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i + 3 for i in range(60)}}
+PROMPTS = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [20], [21, 22, 23]]
+OBS = [[40, 41, 42], [43], [44, 45, 46, 47, 48], [49, 50], [51]]
+
+
+def tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+
+
+def llama(attention: str = "sdpa") -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        attn_implementation=attention,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def qwen2() -> Qwen2ForCausalLM:
+    torch.manual_seed(1)
+    cfg = Qwen2Config(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+MODELS = {"llama": llama, "llama-eager": lambda: llama("eager"), "qwen2": qwen2}
+
+
+def assert_same(a, b, atol=1e-4) -> None:  # noqa: ANN001
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.token_ids == y.token_ids
+        assert (x.finish_reason, x.stop) == (y.finish_reason, y.stop)
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=atol)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_static_decoding_gives_the_loops_generations(name: str, temperature: float) -> None:
+    model, tok = MODELS[name](), tokenizer()
+    params = SamplingParams(max_new_tokens=12, temperature=temperature, seed=3, stop=["w7 w8"])
+    loop = TransformersBackend(model, tok, batch_size=4, decode="loop").generate(PROMPTS, params)
+    static = TransformersBackend(model, tok, batch_size=4, decode="static").generate(PROMPTS, params)
+    assert_same(static, loop)
+    assert {g.metadata["decode"] for g in static} == {"static"}
+    assert {g.metadata["decode"] for g in loop} == {"loop"}
+
+
+def test_rows_that_finish_early_and_eos() -> None:
+    """Rows stopped by EOS, a stop token or the length at different steps: the static step keeps feeding
+    them (its shapes are fixed) and their generations do not change."""
+    model, tok = llama(), tokenizer()
+    probe = TransformersBackend(model, tok, decode="loop").generate(
+        PROMPTS, SamplingParams(max_new_tokens=10, temperature=0)
+    )
+    stop_ids = [g.token_ids[i] for i, g in zip([1, 3, 5], probe, strict=False)]  # hit at different steps
+    params = SamplingParams(max_new_tokens=10, temperature=0, stop_token_ids=stop_ids)
+    loop = TransformersBackend(model, tok, decode="loop").generate(PROMPTS, params)
+    static = TransformersBackend(model, tok, decode="static").generate(PROMPTS, params)
+    assert_same(static, loop)
+    lengths = {len(g.token_ids) for g in static}
+    assert len(lengths) > 1 and any(g.finish_reason == "stop" for g in static)
+
+
+def test_the_prefix_caches_second_turn() -> None:
+    """A finished row's buffers go into the prefix cache and the next turn resumes from them exactly as
+    from the loop's cache (the same hits, the same tokens)."""
+    model, tok = qwen2(), tokenizer()
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=11)
+
+    def two_turns(backend: TransformersBackend) -> list:
+        first = backend.generate(PROMPTS, params)
+        nxt = [p + g.token_ids + o for p, g, o in zip(PROMPTS, first, OBS, strict=True)] + [[30, 31, 32]]
+        return first + backend.generate(nxt, params)
+
+    loop, static = (
+        TransformersBackend(model, tok, decode="loop"),
+        TransformersBackend(model, tok, decode="static"),
+    )
+    plain = TransformersBackend(model, tok, decode="loop", prefix_cache_mb=0)
+    a, b, c = two_turns(static), two_turns(loop), two_turns(plain)
+    assert static.prefix_cache.hits == loop.prefix_cache.hits == len(PROMPTS)
+    assert static.prefix_cache.hit_tokens == loop.prefix_cache.hit_tokens
+    assert_same(a, b)
+    assert_same(a, c)
+
+
+def test_one_step_equals_the_models_forward() -> None:
+    """The static step's logits are the model's own forward over the whole left-padded sequence."""
+    model = llama()
+    from ragrl.llm.kv_cache import new_cache
+    from ragrl.llm.logprobs import pad_batch, position_ids_from_mask
+
+    prompts = [[3, 4, 5, 6], [7, 8]]
+    ids, mask = pad_batch(prompts, 0, "left", device=torch.device("cpu"))
+    pos = position_ids_from_mask(mask)
+    with torch.no_grad():
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, cache=new_cache(model)
+        )
+        decoder = StaticDecoder(model, out.cache, mask, pos, max_new_tokens=3)
+        fed = torch.tensor([9, 10])
+        decoder.feed(fed)
+        logits = decoder.step()
+        full_ids = torch.cat([ids, fed[:, None]], 1)
+        full_mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+        want = model(
+            input_ids=full_ids, attention_mask=full_mask, position_ids=position_ids_from_mask(full_mask)
+        )
+    assert torch.allclose(logits, want.logits[:, -1], atol=1e-5)
+    assert int(decoder.column) == ids.shape[1] + 1
+
+
+def test_which_models_and_modes() -> None:
+    model, tok = llama(), tokenizer()
+    assert unsupported_reason(model) is None and unsupported_reason(qwen2()) is None
+    # auto: the plain loop on a CPU (graphs are a GPU's); an explicit graph on a CPU is an error
+    auto = TransformersBackend(model, tok).generate([[3, 4]], SamplingParams(max_new_tokens=2, temperature=0))
+    assert auto[0].metadata["decode"] == "loop"
+    with pytest.raises(RagrlError, match="needs a CUDA device"):
+        TransformersBackend(model, tok, decode="graph").generate([[3, 4]], SamplingParams(max_new_tokens=2))
+    with pytest.raises(RagrlError, match="decode='fast'"):
+        TransformersBackend(model, tok, decode="fast")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(VOCAB), n_embd=16, n_layer=1, n_head=2))
+    assert "model type 'gpt2'" in unsupported_reason(gpt2)
+    with pytest.raises(RagrlError, match="model type 'gpt2'"):
+        TransformersBackend(gpt2, tok, decode="static").generate([[3, 4]], SamplingParams(max_new_tokens=2))
+    sliding = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(VOCAB),
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=0,
+        )
+    )
+    assert "full attention" in unsupported_reason(sliding)
+
+
+def test_a_graph_that_does_not_record_goes_on_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU, a decoding step that cannot be recorded (an operation not allowed while capturing) must
+    cost nothing but speed: the call goes on eagerly from the right state and says why. The CUDA calls
+    around the capture are replaced by CPU no-ops; the capture itself refuses, as a real one would."""
+    import contextlib
+
+    from ragrl.llm.kv_cache import new_cache
+    from ragrl.llm.logprobs import pad_batch, position_ids_from_mask
+    from ragrl.llm.static_decode import CudaGraphStep
+
+    class Stream:
+        def wait_stream(self, other: object) -> None:
+            pass
+
+    def refuse(graph: object, **kwargs: object) -> None:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", object)
+    monkeypatch.setattr(torch.cuda, "graph", refuse)
+
+    model = llama()
+    ids, mask = pad_batch(PROMPTS, 0, "left", device=torch.device("cpu"))
+    pos = position_ids_from_mask(mask)
+    feeds = torch.randint(3, 60, (6, len(PROMPTS)), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        runs = []
+        for graphed in (False, True):
+            out = model(
+                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, cache=new_cache(model)
+            )
+            decoder = StaticDecoder(model, out.cache, mask, pos, max_new_tokens=len(feeds))
+            step = CudaGraphStep(decoder) if graphed else decoder.step
+            logits = []
+            for fed in feeds:
+                decoder.feed(fed)
+                logits.append(step().clone())
+            runs.append((torch.stack(logits), int(decoder.column)))
+    assert torch.allclose(runs[0][0], runs[1][0], atol=1e-6)
+    assert runs[0][1] == runs[1][1] == ids.shape[1] + len(feeds)
+    assert step.status.startswith("eager (the graph did not record: CUDA error: operation not permitted")
