@@ -228,3 +228,28 @@ def test_a_graph_that_does_not_record_goes_on_eagerly(monkeypatch: pytest.Monkey
     assert torch.allclose(runs[0][0], runs[1][0], atol=1e-6)
     assert runs[0][1] == runs[1][1] == ids.shape[1] + len(feeds)
     assert step.status.startswith("eager (the graph did not record: CUDA error: operation not permitted")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_cuda_graph_decodes_what_the_loop_does() -> None:
+    """On a GPU: the recorded graph passes its check and replays the decoding step. In float32 it gives
+    the loop's generations; in bfloat16 the eager static step's, bit for bit (the same kernels)."""
+    tok = tokenizer()
+    prompts = PROMPTS * 8
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, stop=["w7 w8"])
+    model = llama().to("cuda")
+    graph = TransformersBackend(model, tok, decode="graph")
+    assert_same(
+        graph.generate(prompts, params),
+        TransformersBackend(model, tok, decode="loop").generate(prompts, params),
+    )
+    assert set(graph.decode_log) == {"graph"}
+    model = model.to(torch.bfloat16)
+    graph = TransformersBackend(model, tok, decode="graph")
+    assert_same(
+        graph.generate(prompts, params),
+        TransformersBackend(model, tok, decode="static").generate(prompts, params),
+        atol=0,
+    )
+    assert set(graph.decode_log) == {"graph"}
