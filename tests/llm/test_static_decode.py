@@ -105,6 +105,26 @@ def test_rows_that_finish_early_and_eos() -> None:
     assert len(lengths) > 1 and any(g.finish_reason == "stop" for g in static)
 
 
+def test_a_lora_policy() -> None:
+    """A peft LoRA policy (the trainer's ``train.model.lora``): its adapters, unmerged, are in the layers the
+    static step runs, so it decodes what the loop decodes."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # adapters that change the logits (peft starts lora_B at zero)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    tok = tokenizer()
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=2)
+    static = TransformersBackend(model, tok, decode="static").generate(PROMPTS, params)
+    assert_same(static, TransformersBackend(model, tok, decode="loop").generate(PROMPTS, params))
+    base = TransformersBackend(model.get_base_model(), tok, decode="loop")
+    with model.disable_adapter():
+        plain = base.generate(PROMPTS, params)
+    assert [g.token_ids for g in plain] != [g.token_ids for g in static]  # the adapters did count
+
+
 def test_the_prefix_caches_second_turn() -> None:
     """A finished row's buffers go into the prefix cache and the next turn resumes from them exactly as
     from the loop's cache (the same hits, the same tokens)."""
