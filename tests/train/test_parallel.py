@@ -331,3 +331,23 @@ def test_sharded_update_pads_a_process_whose_groups_were_all_filtered_out(world_
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     assert len(train) == 1 and train[0]["zero_variance_frac"] == 0.5 and "kl" in train[0]
+
+
+def test_stale_extension_build_locks_are_named(tmp_path, monkeypatch):
+    """A DeepSpeed op build killed mid-way leaves ``<extensions dir>/<op>/lock``, on which every later
+    start waits forever: a lock older than ten minutes is reported with its age, a fresh one (a build
+    running now) is not."""
+    from ragrl.train.parallel import stale_build_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    old, fresh = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "other_op" / "lock"
+    for lock in (old, fresh):
+        lock.parent.mkdir()
+        lock.touch()
+    hour_ago = old.stat().st_mtime - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    (found,) = stale_build_locks()
+    assert found[0] == old and 3590 < found[1] < 3700
+    assert stale_build_locks(max_age_s=7200) == []
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "absent"))
+    assert stale_build_locks() == []

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ragrl.config.train import TrainConfig
+from ragrl.console import console
 from ragrl.errors import RagrlError
 
 
@@ -219,6 +220,35 @@ class FullyShardedParallel(DataParallel):
         return get_model_state_dict(model, options=options)  # collective: every process gathers
 
 
+STALE_LOCK_SECONDS = 600.0
+
+
+def stale_build_locks(max_age_s: float = STALE_LOCK_SECONDS) -> list[tuple[Path, float]]:
+    """Torch extension build locks (``<extensions dir>/<op>/lock``) older than ``max_age_s``, with their
+    ages in seconds. torch's ``FileBaton`` waits while the lock exists, with no timeout: a DeepSpeed op
+    build (its CPU ``shm_comm``, JIT-built on the first start) killed mid-way leaves its lock, and every
+    later start then hangs. A build takes a minute or two, so a lock older than ten is almost surely such
+    a leftover. The directory is torch's: ``TORCH_EXTENSIONS_DIR``, else every ``py*`` folder under
+    ``torch.utils.cpp_extension.get_default_build_root()``."""
+    import os
+    import time
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    roots = [Path(given)] if given else sorted(Path(get_default_build_root()).glob("py*"))
+    now, found = time.time(), []
+    for root in roots:
+        for lock in sorted(root.glob("*/lock")):
+            try:
+                age = now - lock.stat().st_mtime
+            except OSError:  # released meanwhile
+                continue
+            if age > max_age_s:
+                found.append((lock, age))
+    return found
+
+
 class DeepSpeedParallel(DataParallel):
     """``deepspeed``: DeepSpeed ZeRO over all the processes (see the module docstring)."""
 
@@ -265,6 +295,13 @@ class DeepSpeedParallel(DataParallel):
         import os
 
         os.environ.setdefault("LOCAL_RANK", str(self.acc.local_process_index))  # set by torchrun
+        if self.acc.is_main_process:
+            for lock, age in stale_build_locks():
+                console.print(
+                    f"warning: {lock}: a torch extension build lock {age / 60:.0f} minutes old. A DeepSpeed "
+                    "build stopped mid-way (kill -9) leaves one, and every later start that builds the same "
+                    "op waits on it forever; if no build is running, delete it"
+                )
         import deepspeed
 
         group_of_one(self.acc.device)
