@@ -6,6 +6,7 @@ from typing import Any
 
 from ragrl.config import Method
 from ragrl.config.train import TrainConfig
+from ragrl.train.learnable import check_learnable
 
 
 def make_trainer(method: Method, config: TrainConfig, **kwargs: Any) -> Any:
@@ -23,6 +24,4 @@ def make_trainer(method: Method, config: TrainConfig, **kwargs: Any) -> Any:
 def check_trainable(method: Method) -> None:
     """Before any model is loaded: a GRPO run whose reward can never vary is refused."""
     if method.train.algo == "grpo":
-        from ragrl.train.grpo import check_learnable
-
         check_learnable(method)
