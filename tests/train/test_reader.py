@@ -12,7 +12,8 @@ from ragrl.llm.checksums import SUMS, file_sha256, verify_checksums
 from ragrl.metrics import normalize
 from ragrl.synth.fairness import cross_world_overlap, held_out_named_facts, mentions, shared_facts
 from ragrl.synth.generate import generate_world
-from ragrl.train.reader import ReaderRecipe, choose_worlds, pretrain_reader, resolve_base
+from ragrl.train.reader import ReaderRecipe, pretrain_reader, resolve_base
+from ragrl.train.reader_worlds import choose_worlds
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,8 @@ def test_a_candidate_world_stating_one_protected_fact_is_skipped(monkeypatch, wo
         return world
 
     monkeypatch.setattr(generate, "generate_world", fake)
-    chosen = choose_worlds(ReaderRecipe(worlds=2, first_seed=1000, protected=(0,)))
+    recipe = ReaderRecipe(worlds=2, first_seed=1000, protected=(0,))
+    chosen = choose_worlds(recipe.worlds, recipe.first_seed, recipe.size, recipe.protected)
     assert [w.seed for w in chosen.worlds] == [1000, 1002] and chosen.validation.seed == 1003
     assert list(chosen.skipped) == [1001] and chosen.report["skipped_seeds"] == {"1001": chosen.skipped[1001]}
     assert chosen.report["shared_facts"] == 0

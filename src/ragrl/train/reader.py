@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.llm.checksums import file_sha256, write_checksums
 from ragrl.train.from_base import base_demonstrator, base_overrides
+from ragrl.train.reader_worlds import choose_worlds, world_texts
 
 MANIFEST = "ragrl_reader.json"
 FORMAT = "ragrl-reader/1"
@@ -93,73 +94,6 @@ class ReaderRecipe:
                 f"reader recipe: first_seed {self.first_seed} must lie above the protected seeds "
                 f"({min(self.protected)}-{max(self.protected)}): the pretraining worlds are other worlds"
             )
-
-
-@dataclass
-class PretrainingWorlds:
-    """The worlds a base reads, the candidates skipped for a shared fact, and the fairness report."""
-
-    worlds: list[Any]
-    skipped: dict[int, int] = field(default_factory=dict)
-    """Seed of a skipped candidate -> the number of protected held-out facts it states."""
-    validation: Any = None
-    report: dict[str, Any] = field(default_factory=dict)
-
-
-def choose_worlds(recipe: ReaderRecipe) -> PretrainingWorlds:
-    """``recipe.worlds`` worlds from ``first_seed`` on that state no fact a protected world's held-out
-    question needs and ask none of its held-out questions (``ragrl.synth.fairness``; every split mode
-    of every protected seed), then the first such world after them that none of the chosen ones states a
-    held-out fact of, for validation."""
-    from ragrl.synth.fairness import (
-        all_questions,
-        cross_world_overlap,
-        held_out_named_facts,
-        held_out_questions,
-        shared_facts,
-    )
-    from ragrl.synth.generate import generate_world
-    from ragrl.synth.world import SPLIT_MODES
-
-    protected = [
-        generate_world(seed, recipe.size, split=mode) for seed in recipe.protected for mode in SPLIT_MODES
-    ]
-    needed = set().union(*(held_out_named_facts(w) for w in protected))  # the recipe protects >= 1 seed
-    asked = set().union(*(held_out_questions(w) for w in protected))
-    chosen: list[Any] = []
-    skipped: dict[int, int] = {}
-    seed = recipe.first_seed
-    validation = None
-    while validation is None:
-        world = generate_world(seed, recipe.size)
-        shared = len(shared_facts(world, needed)) + len(all_questions(world) & asked)
-        if len(chosen) == recipe.worlds and not shared:  # the validation world: unseen by the chosen ones
-            unseen = held_out_named_facts(world)
-            shared = sum(len(shared_facts(r, unseen)) for r in chosen)
-            shared += sum(len(all_questions(r) & held_out_questions(world)) for r in chosen)
-        if shared:
-            skipped[seed] = shared
-        elif len(chosen) < recipe.worlds:
-            chosen.append(world)
-        else:
-            validation = world
-        seed += 1
-        if seed - recipe.first_seed > 10 * (recipe.worlds + 1) + 100:
-            raise RagrlError("reader base: too many candidate worlds share a fact with the protected ones")
-    report = cross_world_overlap(chosen, protected)
-    report["validation_shared_facts"] = 0
-    report["skipped_seeds"] = {str(s): n for s, n in skipped.items()}
-    return PretrainingWorlds(chosen, skipped, validation, report)
-
-
-def world_texts(world: Any) -> list[str]:
-    """A world's text for the tokenizer: its passages (title and text), questions and answers."""
-    texts = [f"{p.title} {p.text}" for p in world.corpus]
-    for examples in world.splits.values():
-        for ex in examples:
-            texts.append(ex.question)
-            texts.extend(ex.answers)
-    return texts
 
 
 def distinct_prompts(method: Any, examples: list[Any]) -> list[Any]:
@@ -333,7 +267,7 @@ def pretrain_reader(
     # each other grammar's settings, loaded once: a config that does not load fails now, not after the
     # copy steps
     grammars = {config: base_overrides(config) for config in recipe.also}
-    chosen = choose_worlds(recipe)
+    chosen = choose_worlds(recipe.worlds, recipe.first_seed, recipe.size, recipe.protected)
     seeds = [w.seed for w in chosen.worlds]
     if recipe.init is not None:
         check_continuation(recipe, seeds, chosen.validation.seed, out)
