@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,7 +264,8 @@ class TransformersBackend:
         self.prefix_cache = PrefixCache(prefix_cache_mb)
         self.decode = decode
         self.decode_log: Counter[str] = Counter()
-        """Batches decoded, by what ran (``loop``, ``static``, ``graph``, ``eager (why)``)."""
+        """Batches decoded, by what ran after the prefill (``loop``, ``static``, ``graph``, ``graph dropped``,
+        ``eager``: a graph call that ended within two steps, ``prefill only``)."""
         self.eos_token_ids = self._eos_ids()
         pad = tokenizer.pad_token_id
         if pad is None:
@@ -318,6 +319,7 @@ class TransformersBackend:
         if params.seed is None and params.seeds is None:
             base_seed = int(torch.randint(0, 2**62, (1,)).item())
         seeds = [params.prompt_seed(i, base_seed) for i in range(len(prompts))]
+        mode = self._decode_mode()  # before the prefix cache gives anything away
         self.prefix_cache.check_weights(self.model)
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
@@ -326,7 +328,7 @@ class TransformersBackend:
         try:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                gens = self._generate_batch([prompts[i] for i in idx], [seeds[i] for i in idx], params)
+                gens = self._generate_batch([prompts[i] for i in idx], [seeds[i] for i in idx], params, mode)
                 for i, g in zip(idx, gens, strict=True):
                     results[i] = g
         finally:
@@ -338,7 +340,7 @@ class TransformersBackend:
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams
+        self, prompts: list[list[int]], seeds: list[int], params: SamplingParams, mode: str
     ) -> list[Generation]:
         t0 = time.perf_counter()
         n = len(prompts)
@@ -355,6 +357,7 @@ class TransformersBackend:
         hits = [self.prefix_cache.take(p) for p in prompts]
         if any(h is not None for h in hits):
             input_ids, attention_mask, position_ids, cache = self._resume(prompts, hits)
+            del hits  # the kept tensors live on in the new cache only
         else:
             input_ids, attention_mask = pad_batch(prompts, self.pad_token_id, "left", device=dev)
             position_ids = position_ids_from_mask(attention_mask)
@@ -366,9 +369,8 @@ class TransformersBackend:
         can_prune = self.prune_finished
         extra: dict[str, Any] = {"logits_to_keep": 1} if accepts_logits_to_keep(self.model) else {}
         cache_key = cache_keyword(self.model)
-        mode = self._decode_mode()
         static: StaticDecoder | None = None  # after the prefill, in the static and graph modes
-        run_step: Any = None
+        run_step: Callable[[], torch.Tensor] | None = None
 
         for step in range(params.max_new_tokens):
             if static is None:  # the prefill, and every step of the plain loop
@@ -383,7 +385,7 @@ class TransformersBackend:
                 cache = out[cache_key]
                 logits = out.logits[:, -1, :].float()
             else:
-                logits = run_step().float()
+                logits = run_step().float()  # type: ignore[misc]
             tokens, lps = self._pick(logits, params, [generators[i] for i in active], greedy)
             tok_list = tokens.tolist()
             lp_list = lps.tolist()
@@ -443,7 +445,16 @@ class TransformersBackend:
             position_ids = position_ids[:, -1:] + 1
 
         elapsed = time.perf_counter() - t0
-        decoded = run_step.status if isinstance(run_step, CudaGraphStep) else mode
+        # what decoded the batch after its prefill: loop, static, graph, "graph dropped" (the reason in the
+        # metadata), eager (graph mode, ended within two steps), or nothing ("prefill only")
+        about: dict[str, Any] = {}
+        if static is None:
+            decoded = "loop" if mode == "loop" else "prefill only"
+        elif isinstance(run_step, CudaGraphStep):
+            decoded = run_step.outcome
+            about = {"decode_reason": run_step.reason, "graph_check_error": run_step.check_error}
+        else:
+            decoded = "static"
         self.decode_log[decoded] += 1
         gens = []
         for seq in range(n):
@@ -454,7 +465,12 @@ class TransformersBackend:
                     logprobs=out_lps[seq],
                     finish_reason=reason,
                     stop=stop,
-                    metadata={"backend": "transformers", "batch_seconds": elapsed, "decode": decoded},
+                    metadata={
+                        "backend": "transformers",
+                        "batch_seconds": elapsed,
+                        "decode": decoded,
+                        **about,
+                    },
                 )
             )
         return gens

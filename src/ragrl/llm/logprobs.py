@@ -140,11 +140,19 @@ def cache_keyword(model: torch.nn.Module) -> str:
     """The name ``model.forward`` takes the KV cache under: ``cache`` (transformers 5.24 renamed it, and
     warns on the old name) or ``past_key_values``. The output field has the same name. A PEFT or DDP
     wrapper passes keyword arguments through: its causal LM's signature decides, here and below."""
+    return forward_cache_keyword(_unwrapped(model).forward) or "past_key_values"
+
+
+def forward_cache_keyword(forward: Any) -> str | None:
+    """The keyword ``forward`` takes a KV cache under (``cache`` or ``past_key_values``), ``None`` when it
+    names neither (a signature that cannot be read is taken for ``past_key_values``)."""
     try:
-        params = inspect.signature(_unwrapped(model).forward).parameters
+        params = inspect.signature(forward).parameters
     except (TypeError, ValueError):
         return "past_key_values"
-    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+    if "past_key_values" in params:
+        return "past_key_values"
+    return "cache" if "cache" in params else None
 
 
 def accepts_logits_to_keep(model: torch.nn.Module) -> bool:

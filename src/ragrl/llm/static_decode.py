@@ -1,13 +1,15 @@
 """Decoding over static key/value buffers, replayed as one CUDA graph on a GPU.
 
-Why: a small model decoding a few hundred rows on a GPU spends its decoding step launching kernels, not
-running them. The second GPU run measured SmolLM2-135M (30 layers) at 256 rows: ragrl's decoding step
-took 93 ms and ``model.generate``'s 51 ms, while the arithmetic of one step is well under a millisecond
-on an H200. A CUDA graph records the step's kernels once and replays them with one launch.
+Why: a small model decoding a few hundred rows on a GPU spends its decoding step launching kernels and
+running Python, not computing. The second GPU run measured SmolLM2-135M (30 layers) at 256 rows: ragrl's
+decoding step took 93 ms and ``model.generate``'s 51 ms. The step is about 1,750 torch operations
+(``benchmarks/decode_overhead.py``), and its memory traffic, mostly the key/value cache, is a few
+gigabytes (an estimate, not a measurement: milliseconds on an H200). A CUDA graph records the step's
+kernels once and replays them with one launch.
 
 How (``StaticDecoder``): the prefill is the model's own forward, exactly as in the plain loop (and
 ``TransformersBackend._resume`` for rows that continue a kept prefix). Its KV cache is then copied into
-one buffer per layer, ``[rows, kv heads, prefill + max_new_tokens (rounded up to 16), head dim]``, and
+one buffer per layer, ``[rows, kv heads, prefill + the steps left (rounded up to 16), head dim]``, and
 every later step feeds one token per row through the model's own decoder layers:
 
 * the step writes each layer's new key and value at ``column`` (the same column for every row: rows are
@@ -18,28 +20,31 @@ every later step feeds one token per row through the model's own decoder layers:
 * ``column`` and ``position`` advance in place, on the device.
 
 Every tensor the step reads or writes keeps its shape and address for the whole call, and nothing in it
-waits on the CPU, so on CUDA (``CudaGraphStep``) the first step runs eagerly on a side stream (the
-warm-up), the second is recorded into a graph and every later one is a replay. The graph is checked
-once per call: the second step runs eagerly first, the state is rewound one step, the recorded graph
-replays it and the two logits must agree (relative L2 error ``GRAPH_TOLERANCE``); a graph that fails to
-record or to agree is dropped and the call goes on eagerly, and the reason is in the generations'
-metadata. Rows that finish keep being fed (the graph's shapes are fixed); their outputs are ignored.
+waits on the CPU, so on CUDA (``CudaGraphStep``) the first step runs eagerly, the second is recorded into
+a graph and every later one is a replay. The graph is checked once a call: the second step runs eagerly
+first, the state is put back, the step is recorded (recording must not run it: the column must not
+move), the graph replays it into logits set to NaN first, and the column must then have moved by one and
+the logits must agree with the eager step's (relative L2 error ``GRAPH_TOLERANCE``). A graph that fails
+to record or to agree is dropped, the state is left as the eager step left it, the call goes on eagerly,
+and the generations' metadata say why. Rows that finish keep being fed (the graph's shapes are fixed);
+their outputs are ignored.
 
 Supported: plain full-attention decoders whose layers take ``position_embeddings`` from the model's
 ``rotary_emb`` and whose embeddings are not scaled (``SUPPORTED_MODEL_TYPES``: Llama, so SmolLM2 and the
 tiny policy; Qwen2 / Qwen2.5; Qwen3; Mistral without a sliding window), with ``sdpa`` or ``eager``
-attention, weights not sharded (FSDP's DTensors gather inside the forward). Anything else decodes with
-the plain loop (``unsupported_reason`` says why).
+attention, layers that take the cache as ``cache`` or ``past_key_values``, and no FSDP (its hooks gather
+the weights inside the forward). Anything else decodes with the plain loop (``unsupported_reason`` says
+why).
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from ragrl.llm.kv_cache import new_cache
+from ragrl.llm.logprobs import forward_cache_keyword
 
 __all__ = ["GRAPH_TOLERANCE", "SUPPORTED_MODEL_TYPES", "CudaGraphStep", "StaticDecoder", "unsupported_reason"]
 
@@ -65,27 +70,28 @@ def unsupported_reason(model: Any) -> str | None:
     attention = getattr(config, "_attn_implementation", None)
     if attention not in ("sdpa", "eager"):
         return f"attention implementation {attention!r} (sdpa or eager take an additive mask)"
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch without DTensor
-        DTensor = ()  # noqa: N806
-    if DTensor and any(isinstance(p, DTensor) for p in base.parameters()):
-        return "the weights are sharded (FSDP gathers them inside the forward)"
+    if _sharded(base):
+        return "the weights are sharded (FSDP's hooks gather them inside the forward)"
     decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
     if decoder is None or not all(
         hasattr(decoder, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")
     ):
         return "the model has no decoder with embed_tokens, layers, norm and rotary_emb"
+    if forward_cache_keyword(decoder.layers[0].forward) is None:
+        return "its decoder layers take the KV cache under neither 'cache' nor 'past_key_values'"
     return None
 
 
-def _cache_keyword(layer: torch.nn.Module) -> str:
-    """The keyword a decoder layer takes its cache under (transformers 5.24 renamed it ``cache``)."""
+def _sharded(model: torch.nn.Module) -> bool:
+    """Whether FSDP holds any of ``model``'s modules (FSDP2's ``FSDPModule``) or parameters (DTensors)."""
     try:
-        params = inspect.signature(layer.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without FSDP2
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules()) or any(
+        isinstance(p, DTensor) for p in model.parameters()
+    )
 
 
 class _Slots:
@@ -97,7 +103,7 @@ class _Slots:
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self.keys[layer_idx].index_copy_(2, self.column, key_states)
         self.values[layer_idx].index_copy_(2, self.column, value_states)
         return self.keys[layer_idx], self.values[layer_idx]
@@ -120,26 +126,22 @@ class StaticDecoder:
 
     ``cache``: the prefill's KV cache (``.layers[i].keys`` / ``.values``, ``[rows, kv heads, width, dim]``);
     ``attention_mask``: the prefill's ``[rows, width]`` mask; ``position_ids``: its ``[rows, width']``
-    positions (the last column is each row's last position).
+    positions (the last column is each row's last position); ``steps``: the tokens each row may still be
+    fed (the call's ``max_new_tokens`` - 1: the prefill gave the first).
     """
 
     def __init__(
-        self,
-        model: Any,
-        cache: Any,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        max_new_tokens: int,
+        self, model: Any, cache: Any, attention_mask: torch.Tensor, position_ids: torch.Tensor, steps: int
     ) -> None:
         base = _base(model)
         self.decoder = base.get_decoder()
         self.lm_head = base.get_output_embeddings()
         self.layers = list(self.decoder.layers[: base.config.num_hidden_layers])
-        self.cache_keyword = _cache_keyword(self.layers[0])
+        self.cache_keyword = forward_cache_keyword(self.layers[0].forward) or "past_key_values"
         rows, width = attention_mask.shape
         # a multiple of 16 columns: SDPA's memory-efficient kernel wants its mask's rows aligned so (else it
         # copies the mask into a padded one in every layer); the columns past the end stay hidden
-        total = -(-(width + max_new_tokens) // 16) * 16
+        total = -(-(width + steps) // 16) * 16
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         for layer in cache.layers:
@@ -153,7 +155,7 @@ class StaticDecoder:
         self.attend[:, 0, 0, :width].masked_fill_(attention_mask.bool(), 0.0)
         self.column = torch.tensor([width], dtype=torch.long, device=device)
         """Where the next fed token's key and value go (the same column for every row)."""
-        self.position = (position_ids[:, -1:] + 1).clone()
+        self.position = position_ids[:, -1:] + 1
         self.tokens = torch.zeros((rows, 1), dtype=torch.long, device=device)
         """The step's input: one token per row, copied in before each step."""
         self.slots = _Slots(keys, values, self.column)
@@ -183,11 +185,15 @@ class StaticDecoder:
         self.position.add_(1)
         return logits
 
-    def rewind(self, steps: int = 1) -> None:
-        """Move the state back ``steps`` columns (negative: forward). A step redone after a rewind rewrites
-        its key, value and mask column with the same values."""
-        self.column.sub_(steps)
-        self.position.sub_(steps)
+    def state(self) -> tuple[int, torch.Tensor]:
+        """The column and a copy of the positions, for ``restore``."""
+        return int(self.column), self.position.clone()
+
+    def restore(self, state: tuple[int, torch.Tensor]) -> None:
+        """Go back (or forward) to a ``state``. A step redone from it rewrites its key, value and mask
+        column, with the same values when its input is the same."""
+        self.column.fill_(state[0])
+        self.position.copy_(state[1])
 
     def cache_view(self, length: int) -> Any:
         """The buffers' first ``length`` columns as a cache with ``.layers`` (``PrefixCache.put``)."""
@@ -198,49 +204,66 @@ class StaticDecoder:
 
 class CudaGraphStep:
     """``StaticDecoder.step`` recorded as a CUDA graph (see the module docstring): ``__call__`` gives the
-    next step's logits, eagerly for the first two steps and as a replay after. ``status`` says what ran:
-    ``graph``, or ``eager (<why the graph was dropped>)``; ``check_error`` is the checked step's relative
-    L2 error."""
+    next step's logits, eagerly for the first two steps and as a replay after.
+
+    ``outcome``: ``graph`` once the graph has passed its check (later steps are replays), ``eager`` before
+    (a call that ended within two steps), ``graph dropped`` when the graph failed to record or its check;
+    ``reason`` says why it was dropped, ``check_error`` is the checked step's relative L2 error."""
 
     def __init__(self, decoder: StaticDecoder) -> None:
         self.decoder = decoder
         self.graph: Any = None
         self.logits: torch.Tensor | None = None
         self.calls = 0
-        self.status = "graph"
+        self.outcome = "eager"
+        self.reason: str | None = None
         self.check_error: float | None = None
 
     def __call__(self) -> torch.Tensor:
         self.calls += 1
-        if self.status != "graph":
-            return self.decoder.step()
         if self.graph is not None:
             self.graph.replay()
             return self.logits  # type: ignore[return-value]
-        if self.calls == 1:  # the warm-up: a real step, on a side stream
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                logits = self.decoder.step()
-            torch.cuda.current_stream().wait_stream(side)
-            return logits
+        if self.calls == 1 or self.reason is not None:
+            return self.decoder.step()
+        with torch.cuda.device(self.decoder.column.device):
+            return self._record()
+
+    def _record(self) -> torch.Tensor:
+        """The second step: eagerly, then recorded, replayed and checked against the eager one."""
+        before = self.decoder.state()
         eager = self.decoder.step()
-        self.decoder.rewind()
+        after = self.decoder.state()
+        self.decoder.restore(before)
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()  # a graph records on a stream other than the default one
+        side.wait_stream(torch.cuda.current_stream())
         try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                logits = self.decoder.step()
-        except RuntimeError as e:  # nothing ran: the state is the rewound one, the eager step's writes kept
-            self.status = f"eager (the graph did not record: {' '.join(str(e).split())[:200]})"
-            self.decoder.rewind(-1)
-            return eager
+            with torch.cuda.stream(side):
+                graph.capture_begin(capture_error_mode="thread_local")
+                try:
+                    logits = self.decoder.step()
+                finally:
+                    graph.capture_end()
+        except RuntimeError as e:  # nothing ran: the eager step's writes stand
+            self.decoder.restore(after)
+            return self._drop(f"the graph did not record: {' '.join(str(e).split())[:200]}", eager)
+        torch.cuda.current_stream().wait_stream(side)
+        if int(self.decoder.column) != before[0]:  # recording ran the step: same input, same writes
+            return self._drop("the step ran while it was being recorded (the graph holds nothing)", eager)
+        logits.fill_(float("nan"))
         graph.replay()
+        moved = int(self.decoder.column) - before[0]
         error = float((logits.float() - eager.float()).norm() / eager.float().norm().clamp_min(1e-12))
         self.check_error = error
-        if not error <= GRAPH_TOLERANCE:
-            self.status = (
-                f"eager (the graph's logits differ from the eager step's: relative error {error:.3g})"
-            )
-            return eager
-        self.graph, self.logits = graph, logits
+        if moved != 1 or not error <= GRAPH_TOLERANCE:  # NaN fails too: the replay wrote no logits
+            self.decoder.restore(before)  # the replay may have written the column: the eager step again
+            eager = self.decoder.step()
+            why = f"the replay moved the column by {moved}" if moved != 1 else f"relative error {error:.3g}"
+            return self._drop(f"the graph's step differs from the eager one ({why})", eager)
+        self.graph, self.logits, self.outcome = graph, logits, "graph"
+        return logits
+
+    def _drop(self, reason: str, logits: torch.Tensor) -> torch.Tensor:
+        self.outcome, self.reason = "graph dropped", reason
         return logits
