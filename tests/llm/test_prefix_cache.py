@@ -3,35 +3,21 @@ KV cache and gets the same tokens and (to float rounding) the same log-probs as 
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ragrl.llm.backend import SamplingParams
 from ragrl.llm.hf_backend import TransformersBackend
 
+_spec = importlib.util.spec_from_file_location("tiny_models", Path(__file__).parent / "tiny_models.py")
+tiny = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny)
+
 
 def _setup():
-    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i + 3 for i in range(60)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-    )
-    return LlamaForCausalLM(cfg).eval(), hf
+    return tiny.llama(), tiny.word_tokenizer()
 
 
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [20]]

@@ -5,10 +5,12 @@ that finish early and the prefix cache's second turn."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import SamplingParams
@@ -17,55 +19,26 @@ from ragrl.llm.kv_cache import new_cache
 from ragrl.llm.logprobs import cache_keyword, pad_batch, position_ids_from_mask
 from ragrl.llm.static_decode import CudaGraphStep, StaticDecoder, unsupported_reason
 
-VOCAB = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{f"w{i}": i + 3 for i in range(60)}}
+_spec = importlib.util.spec_from_file_location("tiny_models", Path(__file__).parent / "tiny_models.py")
+tiny = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny)
+
+VOCAB = tiny.VOCAB
 PROMPTS = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15, 16, 17], [20], [21, 22, 23]]
 OBS = [[40, 41, 42], [43], [44, 45, 46, 47, 48], [49, 50], [51]]
-
-
-def tokenizer() -> PreTrainedTokenizerFast:
-    tok = Tokenizer(models.WordLevel(vocab=VOCAB, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
+tokenizer = tiny.word_tokenizer
 
 
 def llama(attention: str = "sdpa") -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        attn_implementation=attention,
+    """Three layers, grouped KV heads (4 heads, 2 KV heads)."""
+    return tiny.llama(
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, attn_implementation=attention
     )
-    return LlamaForCausalLM(cfg).eval()
 
 
 def qwen2() -> Qwen2ForCausalLM:
-    torch.manual_seed(1)
-    cfg = Qwen2Config(
-        vocab_size=len(VOCAB),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(cfg).eval()
+    """One KV head for four heads, tied embeddings."""
+    return tiny.qwen2(seed=1, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=True)
 
 
 MODELS = {"llama": llama, "llama-eager": lambda: llama("eager"), "qwen2": qwen2}
