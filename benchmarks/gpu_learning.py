@@ -213,7 +213,8 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"{s['em_answerable_closed_book']:.3f} | {s['em_answerable_heuristic']:.3f} | "
             f"{after['top_answer']!r} ({after['top_answer_share']:.0%}) | {no_answer:.0%} | {s['steps']} | "
             f"{s['rl_seconds']:.0f} | {s['wall_seconds']:.0f} | {s['peak_memory_mb']:.0f} | "
-            f"{'; '.join(f'{k} ×{v}' for k, v in s.get('decode', {}).items()) or '—'} |"
+            f"{'; '.join(f'{k} ×{v}' for k, v in s.get('decode', {}).items()) or '—'}"
+            f"{' (' + s['decode_refusal'][:150] + ')' if s.get('decode_refusal') else ''} |"
         )
     mean = {
         "gain_mean": statistics.mean(gains),

@@ -206,6 +206,7 @@ def measure_ragrl(
     trainer.backend.decode_log.clear()
     m = trainer.step()  # the measured step, never under the profiler (it slows Python-heavy phases)
     decoded = dict(trainer.backend.decode_log)  # what decoded the measured step's batches
+    refusal = trainer.backend.graphs.refusal  # why the CUDA graph was given up, if it was
     if profile is not None:  # a third step, profiled
         profiler = cProfile.Profile()
         profiler.runcall(trainer.step)
@@ -218,7 +219,7 @@ def measure_ragrl(
     out = {k: m[k] for k in keys}
     sequences = len(questions) * method.rollout.n
     out["rollout_tokens_per_s"] = round(sequences * m["response_len"] / m["rollout_seconds"])
-    return {**out, "peak_gb": peak_gb(device), "decode": decoded}
+    return {**out, "peak_gb": peak_gb(device), "decode": decoded, "decode_refusal": refusal}
 
 
 def measure_trl(
@@ -392,7 +393,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                     if "step_seconds" in p else "— | —")  # fmt: skip
             lines.append(
                 f"| {r['shape']} | {r['questions']} × {r['sequences'] // r['questions']} | "
-                f"{', '.join(f'{k} ×{v}' for k, v in o.get('decode', {}).items())} | "
+                f"{', '.join(f'{k} ×{v}' for k, v in o.get('decode', {}).items())}"
+                f"{' (' + o['decode_refusal'][:150] + ')' if o.get('decode_refusal') else ''} | "
                 f"{o['step_seconds']:.2f} ({o['rollout_seconds']:.2f}) | {o['rollout_tokens_per_s']:,} | "
                 f"{loop} |"
             )

@@ -17,7 +17,7 @@ from ragrl.llm.backend import SamplingParams
 from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.llm.kv_cache import new_cache
 from ragrl.llm.logprobs import cache_keyword, pad_batch, position_ids_from_mask
-from ragrl.llm.static_decode import CudaGraphStep, StaticDecoder, unsupported_reason
+from ragrl.llm.static_decode import CudaGraphStep, GraphRecorder, StaticDecoder, unsupported_reason
 
 _spec = importlib.util.spec_from_file_location("tiny_models", Path(__file__).parent / "tiny_models.py")
 tiny = importlib.util.module_from_spec(_spec)
@@ -184,33 +184,56 @@ def test_which_models_and_modes() -> None:
 
 
 class FakeCuda:
-    """The CUDA calls around a graph's recording, on a CPU: streams and devices are no-ops, and the graph
-    does what a test says its recording and replay do (a real CUDA graph cannot run here)."""
+    """The CUDA calls around a graph's recording, on a CPU: streams, devices and pools are stand-ins, and
+    the graph does what a test says its recording and replay do (a real CUDA graph cannot run here).
+    ``events`` lists the calls that matter: recordings begun, the allocator told to stop routing to the
+    pool, and the sync-debug mode set."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, capture_begin, replay) -> None:  # noqa: ANN001
+    recording = False
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, capture_begin, replay, capture_end=None) -> None:  # noqa: ANN001
         import contextlib
 
+        events = self.events = []
+        debug = {"mode": 0}
+
         class Stream:
+            def __init__(self, *args: object) -> None:
+                pass
+
             def wait_stream(self, other: object) -> None:
                 pass
 
         class Graph:
             def capture_begin(self, **kwargs: object) -> None:
+                events.append("capture_begin")
                 capture_begin()
 
             def capture_end(self) -> None:
                 FakeCuda.recording = False
+                if capture_end is not None:
+                    capture_end()
 
             def replay(self) -> None:
                 replay()
+
+        def set_mode(mode: object) -> None:
+            debug["mode"] = mode
+            events.append(f"sync debug {mode}")
 
         monkeypatch.setattr(torch.cuda, "Stream", Stream)
         monkeypatch.setattr(torch.cuda, "current_stream", Stream)
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
         monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
-
-    recording = False
+        monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 1))
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: debug["mode"])
+        monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+        monkeypatch.setattr(
+            torch._C, "_cuda_endAllocateToPool", lambda dev, pool: events.append("end pool"), raising=False
+        )
+        self.debug = debug
 
 
 def decode_both_ways(model, step_of) -> tuple[torch.Tensor, torch.Tensor, CudaGraphStep]:  # noqa: ANN001
@@ -230,25 +253,85 @@ def decode_both_ways(model, step_of) -> tuple[torch.Tensor, torch.Tensor, CudaGr
     return runs[0], runs[1], step
 
 
-def test_a_graph_that_does_not_record_goes_on_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU, a step that cannot be recorded (an operation not allowed while capturing) must cost
-    nothing but speed: the call goes on eagerly from the right state and says why."""
+@pytest.mark.parametrize("where", ["capture_begin", "the step"])
+def test_a_graph_that_does_not_record_goes_on_eagerly(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """On a GPU, a step that cannot be recorded (an operation not allowed while capturing): the call goes
+    on eagerly from the right state and says why (the step's own error, not the one ``capture_end``
+    raises after it), the allocator is told to stop routing to the graph's pool (torch raises before it
+    does so itself), and the backend's later calls do not record again."""
+    model = llama()
 
     def refuse() -> None:
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
 
-    FakeCuda(monkeypatch, capture_begin=refuse, replay=lambda: None)
-    eager, graphed, step = decode_both_ways(llama(), CudaGraphStep)
+    def end() -> None:
+        raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    if where == "capture_begin":
+        fake = FakeCuda(monkeypatch, capture_begin=refuse, replay=lambda: None)
+        step_of = lambda decoder: CudaGraphStep(decoder, recorder)  # noqa: E731
+    else:
+        begin = lambda: setattr(FakeCuda, "recording", True)  # noqa: E731
+        fake = FakeCuda(monkeypatch, capture_begin=begin, replay=lambda: None, capture_end=end)
+
+        def step_of(decoder: StaticDecoder) -> CudaGraphStep:
+            real = decoder.step
+
+            def step() -> torch.Tensor:  # a sync inside the forward: fine eagerly, fatal while recording
+                out = real()
+                if FakeCuda.recording:
+                    raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+                return out
+
+            decoder.step = step  # type: ignore[method-assign]
+            return CudaGraphStep(decoder, recorder)
+
+    recorder = GraphRecorder()
+    eager, graphed, step = decode_both_ways(model, step_of)
     assert torch.allclose(eager, graphed, atol=1e-6)
     assert step.outcome == "graph dropped"
-    assert step.reason.startswith("the graph did not record: CUDA error: operation not permitted")
+    assert (
+        step.reason
+        == "the graph did not record: CUDA error: operation not permitted when stream is capturing"
+    )
+    assert fake.events.count("capture_begin") == 1 and fake.events.count("end pool") == 1
+    assert recorder.refusal == step.reason
+    _, _, again = decode_both_ways(model, lambda decoder: CudaGraphStep(decoder, recorder))
+    assert again.outcome == "graph dropped" and fake.events.count("capture_begin") == 1  # not tried again
+
+
+def test_a_step_that_waits_on_the_cpu_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checked eager step runs with CUDA's sync-debug mode set to error: a step that waits on the CPU
+    (an ``.item()`` in a layer, a dynamic rope update) is never recorded, its state is redone whole, and
+    the mode goes back to what it was."""
+    fake = FakeCuda(monkeypatch, capture_begin=lambda: None, replay=lambda: None)
+
+    def step_of(decoder: StaticDecoder) -> CudaGraphStep:
+        real = decoder.step
+
+        def step() -> torch.Tensor:
+            if fake.debug["mode"] == "error":  # the wait comes halfway: some layers wrote their column
+                decoder.keys[0].index_fill_(2, decoder.column, 7.0)
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return real()
+
+        decoder.step = step  # type: ignore[method-assign]
+        return CudaGraphStep(decoder, GraphRecorder())
+
+    eager, graphed, step = decode_both_ways(llama(), step_of)
+    assert torch.allclose(eager, graphed, atol=1e-6)
+    assert (
+        step.reason
+        == "the step waits on the CPU, which a graph cannot hold: called a synchronizing CUDA operation"
+    )
+    assert "capture_begin" not in fake.events and fake.events[-2:] == ["sync debug error", "sync debug 0"]
 
 
 def test_a_recording_that_runs_the_step_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A recording that runs the step instead (the model on another GPU than the current one) holds
-    nothing: replaying it would repeat stale logits. Seen by the column moving while recording."""
+    """A recording that runs the step instead holds nothing: replaying it would repeat stale logits. Seen
+    by the column moving while recording; the step is then redone eagerly from its start."""
     FakeCuda(monkeypatch, capture_begin=lambda: None, replay=lambda: None)
-    eager, graphed, step = decode_both_ways(llama(), CudaGraphStep)
+    eager, graphed, step = decode_both_ways(llama(), lambda decoder: CudaGraphStep(decoder, GraphRecorder()))
     assert torch.allclose(eager, graphed, atol=1e-6)
     assert step.reason == "the step ran while it was being recorded (the graph holds nothing)"
 
@@ -272,7 +355,7 @@ def test_a_replay_that_fails_its_check_leaves_no_trace(monkeypatch: pytest.Monke
             return real()
 
         decoder.step = step  # type: ignore[method-assign]
-        return CudaGraphStep(decoder)
+        return CudaGraphStep(decoder, GraphRecorder())
 
     def begin() -> None:
         FakeCuda.recording = True

@@ -37,7 +37,7 @@ from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.checksums import verify_checksums
 from ragrl.llm.kv_cache import PrefixCache, new_cache
 from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
-from ragrl.llm.static_decode import CudaGraphStep, StaticDecoder, unsupported_reason
+from ragrl.llm.static_decode import CudaGraphStep, GraphRecorder, StaticDecoder, unsupported_reason
 
 __all__ = ["DECODE_MODES", "TransformersBackend", "resolve_device", "resolve_dtype"]
 
@@ -263,6 +263,8 @@ class TransformersBackend:
         """Drop finished rows from the KV cache (when the cache supports it); False keeps them."""
         self.prefix_cache = PrefixCache(prefix_cache_mb)
         self.decode = decode
+        self.graphs = GraphRecorder()
+        """The graphs' side streams and memory pools, and why graphs were given up (``refusal``)."""
         self.decode_log: Counter[str] = Counter()
         """Batches decoded, by what ran after the prefill (``loop``, ``static``, ``graph``, ``graph dropped``,
         ``eager``: a graph call that ended within two steps, ``prefill only``)."""
@@ -423,7 +425,7 @@ class TransformersBackend:
                         self.model, cache, attention_mask, position_ids, params.max_new_tokens - 1
                     )
                     cache = out = None  # the prefill's cache lives on in the static buffers only
-                    run_step = CudaGraphStep(static) if mode == "graph" else static.step
+                    run_step = CudaGraphStep(static, self.graphs) if mode == "graph" else static.step
                 static.feed(next_tokens)
                 attention_mask = torch.cat([attention_mask, attention_mask.new_ones((n, 1))], 1)
                 continue

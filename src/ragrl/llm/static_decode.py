@@ -22,12 +22,13 @@ every later step feeds one token per row through the model's own decoder layers:
 Every tensor the step reads or writes keeps its shape and address for the whole call, and nothing in it
 waits on the CPU, so on CUDA (``CudaGraphStep``) the first step runs eagerly, the second is recorded into
 a graph and every later one is a replay. The graph is checked once a call: the second step runs eagerly
-first, the state is put back, the step is recorded (recording must not run it: the column must not
-move), the graph replays it into logits set to NaN first, and the column must then have moved by one and
-the logits must agree with the eager step's (relative L2 error ``GRAPH_TOLERANCE``). A graph that fails
-to record or to agree is dropped, the state is left as the eager step left it, the call goes on eagerly,
-and the generations' metadata say why. Rows that finish keep being fed (the graph's shapes are fixed);
-their outputs are ignored.
+first, with any wait on the CPU made an error (a step that waits cannot be recorded), the state is put
+back, the step is recorded (recording must not run it: the column must not move), the graph replays it
+into logits set to NaN first, and the column must then have moved by one and the logits must agree with
+the eager step's (relative L2 error ``GRAPH_TOLERANCE``). A graph that fails is dropped, the state is
+left as the eager step left it, the call goes on eagerly, the generations' metadata say why, and the
+backend records no graph again (``GraphRecorder``). Rows that finish keep being fed (the graph's shapes
+are fixed); their outputs are ignored.
 
 Supported: plain full-attention decoders whose layers take ``position_embeddings`` from the model's
 ``rotary_emb`` and whose embeddings are not scaled (``SUPPORTED_MODEL_TYPES``: Llama, so SmolLM2 and the
@@ -46,7 +47,14 @@ import torch
 from ragrl.llm.kv_cache import new_cache
 from ragrl.llm.logprobs import forward_cache_keyword
 
-__all__ = ["GRAPH_TOLERANCE", "SUPPORTED_MODEL_TYPES", "CudaGraphStep", "StaticDecoder", "unsupported_reason"]
+__all__ = [
+    "GRAPH_TOLERANCE",
+    "SUPPORTED_MODEL_TYPES",
+    "CudaGraphStep",
+    "GraphRecorder",
+    "StaticDecoder",
+    "unsupported_reason",
+]
 
 SUPPORTED_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 GRAPH_TOLERANCE = 1e-2
@@ -202,22 +210,64 @@ class StaticDecoder:
         )
 
 
+class GraphRecorder:
+    """What one backend's calls share for their graphs: per device one side stream to record on (its
+    cuBLAS workspace made by the first checked step, outside any graph's memory) and one graph memory
+    pool (a call's graph is freed before the next one records), and ``refusal``: why graphs were given
+    up. A recording that fails can leave torch's allocator still routing to the graph's pool (torch raises
+    before it ends the routing), so after one failure, or one graph that disagrees, no call records again:
+    the calls decode eagerly over the static buffers and report ``graph dropped`` with the reason."""
+
+    def __init__(self) -> None:
+        self.streams: dict[torch.device, Any] = {}
+        self.pools: dict[torch.device, Any] = {}
+        self.refusal: str | None = None
+
+    def stream(self, device: torch.device) -> Any:
+        if device not in self.streams:
+            self.streams[device] = torch.cuda.Stream(device)
+        return self.streams[device]
+
+    def pool(self, device: torch.device) -> Any:
+        if device not in self.pools:
+            self.pools[device] = torch.cuda.graph_pool_handle()
+        return self.pools[device]
+
+
+def _stop_routing_to_pool(device: torch.device, pool: Any) -> None:
+    """After a failed recording: tell torch's allocator to stop routing this thread's allocations to the
+    graph's pool (what ``capture_end`` does when it succeeds). A private torch call, named differently
+    across versions; best effort."""
+    for name in ("_cuda_endAllocateToPool", "_cuda_endAllocateCurrentStreamToPool"):
+        end = getattr(torch._C, name, None)
+        if end is not None:
+            try:
+                end(device.index if device.index is not None else torch.cuda.current_device(), pool)
+            except (RuntimeError, TypeError):  # already ended, or another signature
+                pass
+            return
+
+
 class CudaGraphStep:
     """``StaticDecoder.step`` recorded as a CUDA graph (see the module docstring): ``__call__`` gives the
     next step's logits, eagerly for the first two steps and as a replay after.
 
     ``outcome``: ``graph`` once the graph has passed its check (later steps are replays), ``eager`` before
-    (a call that ended within two steps), ``graph dropped`` when the graph failed to record or its check;
-    ``reason`` says why it was dropped, ``check_error`` is the checked step's relative L2 error."""
+    (a call that ended within two steps), ``graph dropped`` when the graph failed to record or its check,
+    or an earlier call's did (``GraphRecorder.refusal``); ``reason`` says why, ``check_error`` is the
+    checked step's relative L2 error."""
 
-    def __init__(self, decoder: StaticDecoder) -> None:
+    def __init__(self, decoder: StaticDecoder, recorder: GraphRecorder) -> None:
         self.decoder = decoder
+        self.recorder = recorder
         self.graph: Any = None
         self.logits: torch.Tensor | None = None
         self.calls = 0
         self.outcome = "eager"
         self.reason: str | None = None
         self.check_error: float | None = None
+        if recorder.refusal is not None:
+            self.outcome, self.reason = "graph dropped", recorder.refusal
 
     def __call__(self) -> torch.Tensor:
         self.calls += 1
@@ -230,26 +280,55 @@ class CudaGraphStep:
             return self._record()
 
     def _record(self) -> torch.Tensor:
-        """The second step: eagerly, then recorded, replayed and checked against the eager one."""
+        """The second step: eagerly (a step that waits on the CPU cannot be recorded: such a wait is an
+        error in this step), then recorded, replayed and checked against the eager one."""
+        device = self.decoder.column.device
+        side, pool = self.recorder.stream(device), self.recorder.pool(device)
         before = self.decoder.state()
-        eager = self.decoder.step()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                eager = self.decoder.step()
+                waits = None
+            except RuntimeError as e:  # the step stopped before its end: the state has not moved
+                waits = e
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+            if waits is not None:
+                self.decoder.restore(before)
+                eager = self.decoder.step()
+        torch.cuda.current_stream().wait_stream(side)
+        if waits is not None:
+            return self._drop(f"the step waits on the CPU, which a graph cannot hold: {_brief(waits)}", eager)
         after = self.decoder.state()
         self.decoder.restore(before)
         graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()  # a graph records on a stream other than the default one
-        side.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.cuda.stream(side):
-                graph.capture_begin(capture_error_mode="thread_local")
+        failure: BaseException | None = None
+        with torch.cuda.stream(side):
+            try:
+                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+            except RuntimeError as e:
+                failure = e
+                _stop_routing_to_pool(device, pool)
+            else:
                 try:
                     logits = self.decoder.step()
-                finally:
+                except RuntimeError as e:
+                    failure = e
+                try:
                     graph.capture_end()
-        except RuntimeError as e:  # nothing ran: the eager step's writes stand
-            self.decoder.restore(after)
-            return self._drop(f"the graph did not record: {' '.join(str(e).split())[:200]}", eager)
+                except RuntimeError as e:  # torch raises before it stops routing to the pool
+                    failure = failure or e
+                    _stop_routing_to_pool(device, pool)
         torch.cuda.current_stream().wait_stream(side)
-        if int(self.decoder.column) != before[0]:  # recording ran the step: same input, same writes
+        if failure is not None:  # nothing ran: the eager step's writes stand
+            self.decoder.restore(after)
+            return self._drop(f"the graph did not record: {_brief(failure)}", eager)
+        if int(self.decoder.column) != before[0]:  # recording ran the step: it again, eagerly
+            self.decoder.restore(before)
+            eager = self.decoder.step()
             return self._drop("the step ran while it was being recorded (the graph holds nothing)", eager)
         logits.fill_(float("nan"))
         graph.replay()
@@ -266,4 +345,9 @@ class CudaGraphStep:
 
     def _drop(self, reason: str, logits: torch.Tensor) -> torch.Tensor:
         self.outcome, self.reason = "graph dropped", reason
+        self.recorder.refusal = reason
         return logits
+
+
+def _brief(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200] or type(e).__name__

@@ -425,9 +425,11 @@ class Trainer:
             "wall_seconds": round(self.log.elapsed(), 1),
             "peak_memory_mb": peak_memory_mb(),
         }
-        decoded = getattr(getattr(self, "backend", None), "decode_log", None)
-        if decoded:  # what decoded the policy's batches (a GPU's CUDA graph, or why not)
-            summary["decode"] = dict(decoded)
+        backend = getattr(self, "backend", None)
+        if getattr(backend, "decode_log", None):  # what decoded the policy's batches after their prefill
+            summary["decode"] = dict(backend.decode_log)
+            if backend.graphs.refusal is not None:  # why a GPU's CUDA graph was given up
+                summary["decode_refusal"] = backend.graphs.refusal
         if self.best is not None:
             summary["best"] = self.best
         if self.stopped is not None:
