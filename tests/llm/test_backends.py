@@ -14,8 +14,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import GenerationBackend, SamplingParams
-from ragrl.llm.hf_backend import TransformersBackend, _truncate
+from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.llm.logprobs import pad_batch, token_logprobs
+from ragrl.llm.sampling import truncate
 from ragrl.llm.vllm_backend import to_generation, vllm_sampling_kwargs
 
 WORDS = [f"w{i}" for i in range(90)]
@@ -182,11 +183,11 @@ def test_top_k_50_is_a_different_distribution(
 
 def test_truncate_top_k_and_top_p() -> None:
     probs = torch.tensor([[0.05, 0.4, 0.3, 0.15, 0.1]])
-    assert torch.equal(_truncate(probs, 2, 1.0), probs * torch.tensor([[0, 1, 1, 0, 0]]))
+    assert torch.equal(truncate(probs, 2, 1.0), probs * torch.tensor([[0, 1, 1, 0, 0]]))
     # nucleus 0.7 keeps the smallest set reaching 0.7: {0.4, 0.3}; 0.71 needs 0.15 too.
-    assert (_truncate(probs, 0, 0.7) > 0).tolist() == [[False, True, True, False, False]]
-    assert (_truncate(probs, 0, 0.71) > 0).tolist() == [[False, True, True, True, False]]
-    assert torch.equal(_truncate(probs, 0, 1.0), probs)
+    assert (truncate(probs, 0, 0.7) > 0).tolist() == [[False, True, True, False, False]]
+    assert (truncate(probs, 0, 0.71) > 0).tolist() == [[False, True, True, True, False]]
+    assert torch.equal(truncate(probs, 0, 1.0), probs)
 
 
 def test_top_p_samples_stay_in_the_nucleus(

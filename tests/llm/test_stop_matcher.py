@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragrl.llm.hf_backend import _StopMatcher
+from ragrl.llm.stops import StopMatcher
 from ragrl.llm.tiny import train_tokenizer
 
 CORPUS = [
@@ -26,7 +26,7 @@ def tokenizer(request):
 @given(data=st.data())
 def test_fast_path_agrees_with_full_decoding(tokenizer, data):
     ids = data.draw(st.lists(st.integers(0, len(tokenizer) - 1), min_size=1, max_size=40))
-    fast, slow = _StopMatcher(tokenizer, STOPS), _StopMatcher(tokenizer, STOPS)
+    fast, slow = StopMatcher(tokenizer, STOPS), StopMatcher(tokenizer, STOPS)
     slow.fast = False
     assert fast.fast
     for n in range(1, len(ids) + 1):

@@ -37,7 +37,9 @@ from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.checksums import verify_checksums
 from ragrl.llm.kv_cache import PrefixCache, new_cache
 from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
+from ragrl.llm.sampling import pick
 from ragrl.llm.static_decode import CudaGraphStep, GraphRecorder, StaticDecoder, unsupported_reason
+from ragrl.llm.stops import StopMatcher
 
 __all__ = ["DECODE_MODES", "TransformersBackend", "resolve_device", "resolve_dtype"]
 
@@ -152,50 +154,6 @@ def _load_adapter(path: Path, dtype: torch.dtype, trainable: bool) -> Any:
     return model if trainable else model.merge_and_unload()
 
 
-class _StopMatcher:
-    """Finds a stop string completed by the newest token, decoding only the tail of the generation.
-
-    The tail window is decoded with and without its last token; a stop string counts when it is in
-    the former and not in the latter (both decodes start at the same token, so a decoding artefact at
-    the window start cannot create a match on its own).
-    """
-
-    def __init__(self, tokenizer: Any, stops: Sequence[str]) -> None:
-        self.tokenizer = tokenizer
-        self.stops = [s for s in stops if s]
-        longest = max((len(s) for s in self.stops), default=0)
-        # A character can take up to 4 byte-level tokens; a few more for tokens that decode to "".
-        self.window = 4 * longest + 4
-        # Fast path: a stop string can only be completed by a token whose own text holds the stop
-        # string's last character (or that decodes to nothing readable on its own, e.g. part of a
-        # multi-byte character). Not used when a stop string ends in whitespace, which decoders move.
-        self.last_chars = {s[-1] for s in self.stops}
-        self.fast = not any(c.isspace() for c in self.last_chars)
-        self._pieces: dict[int, str] = {}
-
-    def _could_complete(self, token: int) -> bool:
-        piece = self._pieces.get(token)
-        if piece is None:
-            piece = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
-        return not piece or "\ufffd" in piece or any(c in piece for c in self.last_chars)
-
-    def __call__(self, ids: Sequence[int]) -> str | None:
-        if not self.stops or not ids:
-            return None
-        if self.fast and not self._could_complete(int(ids[-1])):
-            return None
-        tail = list(ids[-self.window :])
-        text = self.tokenizer.decode(tail, skip_special_tokens=False)
-        hits = [(text.find(s), i) for i, s in enumerate(self.stops) if s in text]
-        if not hits:
-            return None
-        before = self.tokenizer.decode(tail[:-1], skip_special_tokens=False) if len(tail) > 1 else ""
-        hits = [(pos, i) for pos, i in hits if self.stops[i] not in before]
-        if not hits:
-            return None
-        return self.stops[min(hits)[1]]
-
-
 class TransformersBackend:
     """A ``GenerationBackend`` over a Hugging Face causal LM (CPU or CUDA).
 
@@ -263,6 +221,7 @@ class TransformersBackend:
         """Drop finished rows from the KV cache (when the cache supports it); False keeps them."""
         self.prefix_cache = PrefixCache(prefix_cache_mb)
         self.decode = decode
+        self._mode: str | None = None
         self.graphs = GraphRecorder()
         """The graphs' side streams and memory pools, and why graphs were given up (``refusal``)."""
         self.decode_log: Counter[str] = Counter()
@@ -287,8 +246,14 @@ class TransformersBackend:
         return frozenset(ids)
 
     def _decode_mode(self) -> str:
-        """``loop``, ``static`` or ``graph`` for this call (``decode="auto"``: graph on CUDA for a supported
-        model, else the plain loop); an explicit mode the model or device cannot run is a ``RagrlError``."""
+        """``loop``, ``static`` or ``graph`` (``decode="auto"``: graph on CUDA for a supported model, else
+        the plain loop), decided at the first call; an explicit mode the model or device cannot run is a
+        ``RagrlError``."""
+        if self._mode is None:
+            self._mode = self._resolve_mode()
+        return self._mode
+
+    def _resolve_mode(self) -> str:
         if self.decode == "loop":
             return "loop"
         reason = unsupported_reason(self.model)
@@ -353,7 +318,7 @@ class TransformersBackend:
             g = torch.Generator(device="cpu")
             g.manual_seed(s % (2**63))
             generators.append(g)
-        matcher = _StopMatcher(self.tokenizer, params.stop)
+        matcher = StopMatcher(self.tokenizer, params.stop)
         stop_ids = frozenset(int(t) for t in params.stop_token_ids)
 
         hits = [self.prefix_cache.take(p) for p in prompts]
@@ -388,7 +353,7 @@ class TransformersBackend:
                 logits = out.logits[:, -1, :].float()
             else:
                 logits = run_step().float()  # type: ignore[misc]
-            tokens, lps = self._pick(logits, params, [generators[i] for i in active], greedy)
+            tokens, lps = pick(logits, params, [generators[i] for i in active], greedy)
             tok_list = tokens.tolist()
             lp_list = lps.tolist()
 
@@ -413,8 +378,8 @@ class TransformersBackend:
                     keep.append(row)
                 elif self.prefix_cache.enabled:
                     # the cache holds every token fed so far: the prompt and the generation but its last
-                    fed = cache if static is None else static.cache_view(attention_mask.shape[1])
-                    self.prefix_cache.put(prompts[seq] + out_ids[seq][:-1], fed, row, attention_mask[row])
+                    fed, mask = (cache, attention_mask) if static is None else static.written(step)
+                    self.prefix_cache.put(prompts[seq] + out_ids[seq][:-1], fed, row, mask[row])
             if not keep:
                 break
 
@@ -427,7 +392,6 @@ class TransformersBackend:
                     cache = out = None  # the prefill's cache lives on in the static buffers only
                     run_step = CudaGraphStep(static, self.graphs) if mode == "graph" else static.step
                 static.feed(next_tokens)
-                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((n, 1))], 1)
                 continue
             if len(keep) < len(active) and can_prune and hasattr(cache, "batch_select_indices"):
                 sel = torch.tensor(keep, device=dev)
@@ -513,40 +477,3 @@ class TransformersBackend:
             input_ids[row, width_s - len(suffix) :] = torch.tensor(suffix, dtype=torch.long, device=dev)
         position_ids = position_ids_from_mask(mask)[:, width_c:]
         return input_ids, mask, position_ids, cache
-
-    @staticmethod
-    def _pick(
-        logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator], greedy: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Choose one token per row; return (tokens on CPU, their convention log-probs on CPU)."""
-        if greedy:
-            tokens = logits.argmax(dim=-1)
-            lps = logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-            return tokens.cpu(), lps.cpu()
-        scaled = logits / params.temperature
-        logz = torch.logsumexp(scaled, dim=-1, keepdim=True)
-        probs = torch.exp(scaled - logz)  # softmax(logits / T), full vocabulary
-        weights = _truncate(probs, params.top_k, params.top_p)
-        # Inverse-CDF sampling with one uniform per row from that row's own generator.
-        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators]).to(logits.device)
-        cdf = weights.double().cumsum(dim=-1)
-        target = (u * cdf[:, -1])[:, None]
-        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)
-        lps = (scaled.gather(-1, tokens[:, None]) - logz).squeeze(-1)
-        return tokens.cpu(), lps.cpu()
-
-
-def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Zero the probabilities outside the top-k / top-p (nucleus) sets; unnormalised result."""
-    vocab = probs.shape[-1]
-    if top_k and top_k < vocab:
-        kth = torch.topk(probs, top_k, dim=-1).values[:, -1:]
-        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
-    if top_p < 1.0:
-        sorted_p, sorted_idx = torch.sort(probs, dim=-1, descending=True)
-        total = sorted_p.sum(-1, keepdim=True)
-        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
-        drop_sorted = before >= top_p * total  # keep the smallest prefix reaching top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_idx, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
-    return probs

@@ -147,6 +147,8 @@ class StaticDecoder:
         self.layers = list(self.decoder.layers[: base.config.num_hidden_layers])
         self.cache_keyword = forward_cache_keyword(self.layers[0].forward) or "past_key_values"
         rows, width = attention_mask.shape
+        self.width = width
+        """The prefill's columns."""
         # a multiple of 16 columns: SDPA's memory-efficient kernel wants its mask's rows aligned so (else it
         # copies the mask into a padded one in every layer); the columns past the end stay hidden
         total = -(-(width + steps) // 16) * 16
@@ -203,11 +205,15 @@ class StaticDecoder:
         self.column.fill_(state[0])
         self.position.copy_(state[1])
 
-    def cache_view(self, length: int) -> Any:
-        """The buffers' first ``length`` columns as a cache with ``.layers`` (``PrefixCache.put``)."""
-        return _View(
+    def written(self, steps: int) -> tuple[Any, torch.Tensor]:
+        """After ``steps`` fed tokens: the buffers' columns written so far as a cache with ``.layers``, and
+        their ``[rows, columns]`` attention mask (the columns ``attend`` does not hide), for
+        ``PrefixCache.put``."""
+        length = self.width + steps
+        view = _View(
             [_Layer(k[:, :, :length], v[:, :, :length]) for k, v in zip(self.keys, self.values, strict=True)]
         )
+        return view, (self.attend[:, 0, 0, :length] == 0).long()
 
 
 class GraphRecorder:
@@ -280,48 +286,21 @@ class CudaGraphStep:
             return self._record()
 
     def _record(self) -> torch.Tensor:
-        """The second step: eagerly (a step that waits on the CPU cannot be recorded: such a wait is an
-        error in this step), then recorded, replayed and checked against the eager one."""
+        """The second step: eagerly, then recorded, replayed and checked against the eager one."""
         device = self.decoder.column.device
         side, pool = self.recorder.stream(device), self.recorder.pool(device)
         before = self.decoder.state()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            mode = torch.cuda.get_sync_debug_mode()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                eager = self.decoder.step()
-                waits = None
-            except RuntimeError as e:  # the step stopped before its end: the state has not moved
-                waits = e
-            finally:
-                torch.cuda.set_sync_debug_mode(mode)
-            if waits is not None:
-                self.decoder.restore(before)
-                eager = self.decoder.step()
+            eager, waits = self._eager_step(before)
         torch.cuda.current_stream().wait_stream(side)
         if waits is not None:
             return self._drop(f"the step waits on the CPU, which a graph cannot hold: {_brief(waits)}", eager)
         after = self.decoder.state()
         self.decoder.restore(before)
         graph = torch.cuda.CUDAGraph()
-        failure: BaseException | None = None
         with torch.cuda.stream(side):
-            try:
-                graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-            except RuntimeError as e:
-                failure = e
-                _stop_routing_to_pool(device, pool)
-            else:
-                try:
-                    logits = self.decoder.step()
-                except RuntimeError as e:
-                    failure = e
-                try:
-                    graph.capture_end()
-                except RuntimeError as e:  # torch raises before it stops routing to the pool
-                    failure = failure or e
-                    _stop_routing_to_pool(device, pool)
+            logits, failure = self._capture(graph, device, pool)
         torch.cuda.current_stream().wait_stream(side)
         if failure is not None:  # nothing ran: the eager step's writes stand
             self.decoder.restore(after)
@@ -342,6 +321,42 @@ class CudaGraphStep:
             return self._drop(f"the graph's step differs from the eager one ({why})", eager)
         self.graph, self.logits, self.outcome = graph, logits, "graph"
         return logits
+
+    def _eager_step(self, before: tuple[int, torch.Tensor]) -> tuple[torch.Tensor, BaseException | None]:
+        """The step, with any wait on the CPU made an error (a step that waits cannot be recorded), and
+        that error; a step stopped by one is redone whole from ``before``, the mode as it was."""
+        mode = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return self.decoder.step(), None
+        except RuntimeError as e:  # the step stopped before its end: the state has not moved
+            waits = e
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)
+        self.decoder.restore(before)
+        return self.decoder.step(), waits
+
+    def _capture(
+        self, graph: Any, device: torch.device, pool: Any
+    ) -> tuple[torch.Tensor | None, BaseException | None]:
+        """Record one step into ``graph`` (nothing runs): its output logits, or the first error. A failed
+        recording is told to the allocator, which torch leaves routing to the pool when it raises."""
+        try:
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        except RuntimeError as e:
+            _stop_routing_to_pool(device, pool)
+            return None, e
+        logits, failure = None, None
+        try:
+            logits = self.decoder.step()
+        except RuntimeError as e:
+            failure = e
+        try:
+            graph.capture_end()
+        except RuntimeError as e:
+            _stop_routing_to_pool(device, pool)
+            failure = failure or e
+        return logits, failure
 
     def _drop(self, reason: str, logits: torch.Tensor) -> torch.Tensor:
         self.outcome, self.reason = "graph dropped", reason
