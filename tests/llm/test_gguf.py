@@ -4,6 +4,7 @@ the same logits and whose tokenizer encodes the same ids; the real SmolLM2 file 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -26,7 +27,13 @@ from typer.testing import CliRunner  # noqa: E402
 
 from ragrl.cli import app  # noqa: E402
 from ragrl.errors import RagrlError  # noqa: E402
-from ragrl.llm.gguf import MANIFEST_NAME, import_gguf, read_import_manifest  # noqa: E402
+from ragrl.llm.gguf import (  # noqa: E402
+    MANIFEST_NAME,
+    declared_special_tokens,
+    import_gguf,
+    read_import_manifest,
+    use_declared_special_tokens,
+)
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
@@ -98,6 +105,8 @@ def write_tiny_gguf(path: Path, drop: str | None = None) -> tuple[LlamaForCausal
     w.add_token_list(tokens)
     w.add_token_types([3 if t in SPECIAL else 1 for t in tokens])
     w.add_token_merges(merges)
+    # as SmolLM2's file says: with the key absent transformers 5.17 strips a leading space when decoding
+    w.add_add_space_prefix(False)
     w.add_bos_token_id(tokens.index("<|im_start|>"))
     w.add_eos_token_id(tokens.index("<|im_end|>"))
     w.add_pad_token_id(tokens.index("<|endoftext|>"))
@@ -144,6 +153,10 @@ def test_import_keeps_the_logits_the_tokens_and_the_chat_template(tiny_gguf, tmp
     assert manifest["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert manifest["parameters"] == sum(p.numel() for p in reference.parameters())
     assert manifest["chat_template"] is True and manifest["eos_token"] == "<|im_end|>"
+    assert manifest["special_tokens"] == {
+        "bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "unk_token": None,
+    }  # fmt: skip
     assert read_import_manifest(out) == manifest and read_import_manifest(tmp_path) is None
 
     model = AutoModelForCausalLM.from_pretrained(out).eval()
@@ -154,6 +167,7 @@ def test_import_keeps_the_logits_the_tokens_and_the_chat_template(tiny_gguf, tmp
         assert tok.decode(ids) == text
     assert len(tok("<search>", add_special_tokens=False).input_ids) > 1  # tags are ordinary text
     assert tok.convert_tokens_to_ids("<|im_end|>") == reference_tok.eos_token_id == tok.eos_token_id
+    assert tok.pad_token == "<|endoftext|>" and tok.bos_token == "<|im_start|>"
     messages = [{"role": "user", "content": "Where is Ostrand?"}]
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
         "<|im_start|>user\nWhere is Ostrand?<|im_end|>\n<|im_start|>assistant\n"
@@ -161,6 +175,24 @@ def test_import_keeps_the_logits_the_tokens_and_the_chat_template(tiny_gguf, tmp
     ids = torch.tensor([reference_tok(SAMPLES[0] + SAMPLES[1]).input_ids])
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_the_special_tokens_are_the_ones_the_file_declares(tiny_gguf, tmp_path):
+    """transformers 5.17 reads a ChatML file's eos as <|im_start|> and no pad; the file's ids win."""
+    path, _, reference_tok = tiny_gguf
+    declared = declared_special_tokens(path)
+    assert declared == {"bos_token": 1, "eos_token": 2, "pad_token": 0}
+    misread = copy.deepcopy(reference_tok)
+    misread.eos_token, misread.pad_token = "<|im_start|>", None  # what 5.17 makes of the file
+    changed = use_declared_special_tokens(misread, declared, path)
+    assert changed == {"eos_token": ["<|im_start|>", "<|im_end|>"], "pad_token": [None, "<|endoftext|>"]}
+    assert (misread.bos_token_id, misread.eos_token_id, misread.pad_token_id) == (1, 2, 0)
+    misread.save_pretrained(tmp_path / "tok")
+    again = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert (again.eos_token, again.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert use_declared_special_tokens(again, declared, path) == {}  # nothing left to set
+    with pytest.raises(RagrlError, match=r"F32.gguf: tokenizer.ggml.eos_token_id is 999, outside the vocab"):
+        use_declared_special_tokens(again, {"eos_token": 999}, path)
 
 
 def test_import_refuses_what_it_cannot_import(tiny_gguf, tmp_path):

@@ -134,5 +134,8 @@ def import_gguf_command(
         f"{manifest['model_class']}: {manifest['parameters']:,} parameters ({manifest['dtype']}), "
         f"vocab {manifest['vocab_size']:,}, chat template {'yes' if manifest['chat_template'] else 'no'}"
     )
+    reader = f"transformers {manifest['transformers']}"
+    for name, (read, declared) in manifest["special_tokens_from_file"].items():
+        typer.echo(f"{name}: {declared} as the file declares it ({reader} read {read})")
     typer.echo(f"source sha256 {manifest['sha256']}")
     typer.echo(f"saved to: {out}  ({manifest['seconds']} s)")

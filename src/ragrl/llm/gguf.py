@@ -6,6 +6,11 @@ and dequantize the file every time. The import does that once: the weights are c
 model built from the same config (so nothing marks it quantized), saved as safetensors beside the
 tokenizer (with the file's chat template) and a manifest naming the source file and its sha256. Every
 ragrl command then loads the folder with ``--model DIR`` like any other checkpoint.
+
+The tokenizer's special tokens are the ones the file declares (``tokenizer.ggml.*_token_id``), whatever
+the installed transformers read: 5.17 reads a ChatML file's end of turn as its beginning (eos
+``<|im_start|>``) and drops its padding token, where 5.24 reads both right. A token set from the file is
+named in the manifest (``special_tokens_from_file``) and printed by the command.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ GGUF_EXTRA = "pip install 'ragrl[gguf]'"
 MANIFEST_NAME = "ragrl_import.json"
 GGUF_MAGIC = b"GGUF"
 DTYPES = ("float32", "bfloat16", "float16")
+SPECIAL_TOKEN_KEYS = {
+    "bos_token": "tokenizer.ggml.bos_token_id",
+    "eos_token": "tokenizer.ggml.eos_token_id",
+    "pad_token": "tokenizer.ggml.padding_token_id",
+    "unk_token": "tokenizer.ggml.unknown_token_id",
+}
+"""The tokenizer's special tokens and the GGUF metadata keys that declare their ids."""
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -95,6 +107,7 @@ def import_gguf(
     for attr in ("quantization_config", "_pre_quantization_dtype"):
         if hasattr(config, attr):
             delattr(config, attr)
+    from_file = use_declared_special_tokens(tokenizer, declared_special_tokens(path), path)
     model = AutoModelForCausalLM.from_config(config, **dtype_kw)
     model.load_state_dict(loaded.state_dict())  # the same architecture: every key fits
     model.generation_config = loaded.generation_config
@@ -117,6 +130,8 @@ def import_gguf(
         "vocab_size": len(tokenizer),
         "chat_template": bool(getattr(tokenizer, "chat_template", None)),
         "eos_token": tokenizer.eos_token,
+        "special_tokens": {name: getattr(tokenizer, name) for name in SPECIAL_TOKEN_KEYS},
+        "special_tokens_from_file": from_file,
         "transformers": _version("transformers"),
         "gguf": _version("gguf"),
         "seconds": round(time.perf_counter() - t0, 1),
@@ -126,6 +141,37 @@ def import_gguf(
         shutil.rmtree(out)
     os.replace(tmp, out)
     return manifest
+
+
+def declared_special_tokens(path: Path) -> dict[str, int]:
+    """The special-token ids ``path`` declares in its metadata (``SPECIAL_TOKEN_KEYS``), by token name."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    declared = {}
+    for name, key in SPECIAL_TOKEN_KEYS.items():
+        field = reader.get_field(key)
+        if field is not None and field.data:
+            declared[name] = int(field.parts[field.data[0]][0])
+    return declared
+
+
+def use_declared_special_tokens(tokenizer: Any, declared: dict[str, int], path: Path) -> dict[str, list]:
+    """Set each special token of ``tokenizer`` that differs from the one the file declares to the file's;
+    returns ``{name: [as transformers read it, as the file declares it]}`` for those it set."""
+    changed = {}
+    for name, token_id in declared.items():
+        if not 0 <= token_id < len(tokenizer):
+            raise RagrlError(
+                f"{path}: {SPECIAL_TOKEN_KEYS[name]} is {token_id}, outside the vocabulary of "
+                f"{len(tokenizer):,} tokens"
+            )
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        read = getattr(tokenizer, name)
+        if read != token:
+            setattr(tokenizer, name, token)
+            changed[name] = [read, token]
+    return changed
 
 
 @contextlib.contextmanager
