@@ -1,15 +1,17 @@
 """The output head only where the loss needs it: ``token_logprobs(..., mask=loss_mask)`` vs full logits.
 
     .venv/bin/python benchmarks/masked_logprobs.py [--batch 16] [--length 300] [--scored 0.3]
-        [--hidden 128] [--layers 4] [--vocab 8192] [--repeats 5]
+        [--hidden 128] [--layers 4] [--vocab 8192] [--heads H] [--kv-heads K] [--intermediate I]
+        [--repeats 5]
 
 One training step's forward and backward through ``token_logprobs`` on a Llama of the given shape
 (default: the tiny policy's) and a batch like an SFT or GRPO micro-batch: ``--batch`` sequences of
 ``--length`` tokens of which a ``--scored`` share are the policy's (the rest: prompt and retrieved
 passages, never scored). Both arms compute the same log-probs on the scored positions (checked); the
 full arm applies the vocabulary-sized head at every position, the masked arm only at the scored ones.
-Medians of ``--repeats`` timed steps after two warm-up steps, on this machine's threads. The last line
-is the headline: the masked step's speed as a multiple of the full step's.
+SmolLM2-135M's shape: ``--hidden 576 --layers 30 --vocab 49152 --heads 9 --kv-heads 3 --intermediate
+1536`` (random weights). Medians of ``--repeats`` timed steps after two warm-up steps, on this
+machine's threads. The last line is the headline: the masked step's speed as a multiple of the full step's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import time
 
 import torch
+import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ragrl.llm.logprobs import token_logprobs
@@ -46,13 +49,17 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--heads", type=int, default=None, help="attention heads (default hidden / 32)")
+    ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
+    ap.add_argument("--intermediate", type=int, default=None, help="MLP width (default 3 x hidden)")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.manual_seed(0)
+    heads = args.heads or max(2, args.hidden // 32)
     config = LlamaConfig(
         vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
-        num_attention_heads=max(2, args.hidden // 32), num_key_value_heads=max(2, args.hidden // 32),
-        intermediate_size=3 * args.hidden, tie_word_embeddings=True,
+        num_attention_heads=heads, num_key_value_heads=args.kv_heads or heads,
+        intermediate_size=args.intermediate or 3 * args.hidden, tie_word_embeddings=True,
     )  # fmt: skip
     model = LlamaForCausalLM(config)
     ids = torch.randint(3, args.vocab, (args.batch, args.length))
@@ -66,9 +73,10 @@ def main() -> None:
         full = token_logprobs(model, ids, start=1)
         part = token_logprobs(model, ids, start=1, mask=mask)
     gap = float(((full - part) * mask).abs().max())
-    print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab} "
-          f"({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters); batch {args.batch} x "
-          f"{args.length} tokens, {int(mask.sum())} scored; threads {torch.get_num_threads()}")  # fmt: skip
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    print(f"transformers {transformers.__version__}; model: hidden {args.hidden}, {args.layers} layers, "
+          f"vocab {args.vocab} ({millions:.2f}M parameters); batch {args.batch} x {args.length} tokens, "
+          f"{int(mask.sum())} scored; threads {torch.get_num_threads()}")  # fmt: skip
     print(f"max |full - masked| on scored positions: {gap:.2e}")
     full_s = step_seconds(model, ids, mask, False, args.repeats)
     masked_s = step_seconds(model, ids, mask, True, args.repeats)

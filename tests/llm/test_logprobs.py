@@ -280,7 +280,33 @@ def test_models_without_boolean_logits_to_keep_get_full_logits_zeroed_off_the_ma
             got = token_logprobs(wrapper, ids, attn, mask=mask)
         torch.testing.assert_close(got[keep], want[keep])
         assert got[~keep].abs().sum() == 0
-    assert lp_mod._accepts_boolean_logits_to_keep(wrapper) is False  # remembered: one wasted forward only
+    assert lp_mod._masked_head_supported(wrapper) is False  # not one of transformers' own models
+
+
+def test_a_model_that_calls_its_head_twice_gets_full_logits_and_it_is_remembered() -> None:
+    """The masked head hands the head the kept rows on its one call; a model that calls it again (an
+    auxiliary head, say) is refused after that forward, and from then on gets full logits."""
+    ids, attn = pad_batch(SEQS, 0, "right")
+    mask = _random_mask(ids, 1)
+    keep = mask.bool() & attn[:, 1:].bool()
+    with torch.no_grad():
+        want = token_logprobs(_tiny_llama(False), ids, attn)
+    odd = _tiny_llama(False)  # the same weights
+    original = odd.forward
+
+    def forward(**kwargs):  # noqa: ANN003, ANN202 - no logits_to_keep: the head sees every position
+        out = original(**kwargs)
+        odd.lm_head(torch.zeros(1, 1, 32))
+        return out
+
+    odd.forward = forward
+    assert lp_mod._masked_head_supported(odd) and not lp_mod.accepts_logits_to_keep(odd)
+    for _ in range(2):
+        with torch.no_grad():
+            got = token_logprobs(odd, ids, attn, mask=mask)
+        torch.testing.assert_close(got[keep], want[keep])
+        assert got[~keep].abs().sum() == 0
+        assert lp_mod._masked_head_supported(odd) is False  # remembered after the first call
 
 
 def test_cache_keyword_follows_the_forward_signature():

@@ -19,7 +19,6 @@ reported log-probs match this function (tests/llm/test_backends.py checks it wit
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from collections.abc import Sequence
@@ -181,24 +180,17 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
     return inner.get_base_model() if hasattr(inner, "get_base_model") else inner
 
 
-@functools.cache
-def _transformers_slices_by_mask() -> bool:
-    """transformers >= 5: models slice their hidden states with ``slice_logits_to_keep``, which takes a
-    boolean ``[B, L]`` mask (checked once per process)."""
-    try:
-        from transformers.modeling_utils import slice_logits_to_keep  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _accepts_boolean_logits_to_keep(model: torch.nn.Module) -> bool:
-    """True when ``model``'s forward takes a boolean ``[B, L]`` ``logits_to_keep`` and returns the
-    kept positions' logits flattened to ``[N, V]``."""
-    if not _transformers_slices_by_mask():
-        return False
+def _masked_head_supported(model: torch.nn.Module) -> bool:
+    """Whether ``_masked_logprobs`` may run ``model``: one of transformers' own causal LMs (their forward
+    applies the output embedding once, to the last hidden states, then only element-wise transforms),
+    not one found to return anything else (remembered on the model)."""
     inner = _unwrapped(model)
-    return getattr(inner, "_ragrl_boolean_logits_to_keep", True) and accepts_logits_to_keep(inner)
+    return (
+        getattr(inner, "_ragrl_masked_head", True)
+        and type(inner).__module__.startswith("transformers.")
+        and hasattr(inner, "get_output_embeddings")
+        and inner.get_output_embeddings() is not None
+    )
 
 
 def token_logprobs(
@@ -223,9 +215,9 @@ def token_logprobs(
     detached, 0 at padding): a training diagnostic that costs no extra forward pass.
 
     ``mask`` ([B, L - s], nonzero where a log-prob is needed, e.g. a loss mask on the policy's tokens)
-    returns 0 off the mask, and where the model supports it (transformers >= 5: a boolean
-    ``logits_to_keep``, through the model's own forward, so its logit transforms and any DDP or PEFT
-    wrapper still apply) computes the output head only at the masked positions. The head is a
+    returns 0 off the mask, and for transformers' own causal LMs (any version) computes the output
+    head only at the masked positions, inside the model's own forward (``_masked_logprobs``), so its
+    logit transforms and any DDP, FSDP, DeepSpeed or PEFT wrapper still apply. The head is a
     vocabulary-sized matrix product per position: where the vocabulary is large next to the model (the
     tiny policy: 8192 × 128 against ~0.85M multiply-adds per token in its four layers) it is most of a
     step's time (``benchmarks/masked_logprobs.py``). Other models compute full logits: same values.
@@ -246,7 +238,7 @@ def token_logprobs(
                 f"mask must have shape {tuple(keep.shape)} (positions s..L-1), got {tuple(mask.shape)}"
             )
         keep = keep & mask.bool()
-        if _accepts_boolean_logits_to_keep(model):
+        if _masked_head_supported(model):
             masked = _masked_logprobs(
                 model, input_ids, attention_mask, position_ids, s, keep, temperature, with_entropy
             )
@@ -282,22 +274,38 @@ def _masked_logprobs(
     temperature: float,
     with_entropy: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """``token_logprobs`` with the head only where ``keep`` ([B, L - s]) is set: the logits at
-    position t - 1 score the token at t, so the model keeps positions s - 1 .. L - 2 where ``keep``.
-    None when the model's output is not the ``[N, V]`` this asks for."""
-    positions = torch.zeros_like(input_ids, dtype=torch.bool)
-    positions[:, s - 1 : -1] = keep
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=False,
-        logits_to_keep=positions,
-    )
+    """``token_logprobs`` with the output head only where ``keep`` ([B, L - s]) is set. The logits at
+    position t - 1 score the token at t, so the head needs the hidden states of positions s - 1 .. L - 2
+    where ``keep``: a forward pre-hook on the model's output embedding hands it those rows only
+    (``[N, H]``), and the model's forward goes on from the ``[N, V]`` logits as from any others (a
+    boolean ``logits_to_keep`` does the same from transformers 5.24 on; a hook works on every version,
+    the GPU machines' 5.17 included). None, remembered on the model, when its output is not that."""
+    inner = _unwrapped(model)
+    n_keep = input_ids.shape[1] - s + 1  # positions s-1 .. L-1 (the last one predicts nothing)
+    seen: list[tuple[int, ...]] = []
+
+    def kept_rows_only(_head: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        hidden = args[0]
+        seen.append(tuple(hidden.shape))
+        if len(seen) > 1 or hidden.dim() != 3 or hidden.shape[0] != keep.shape[0]:
+            return None  # not the one call on the last hidden states: the output check refuses it
+        if hidden.shape[1] not in (n_keep, input_ids.shape[1]):
+            return None
+        return (hidden[:, hidden.shape[1] - n_keep : -1][keep], *args[1:])
+
+    kwargs: dict[str, Any] = {"logits_to_keep": n_keep} if accepts_logits_to_keep(model) else {}
+    handle = inner.get_output_embeddings().register_forward_pre_hook(kept_rows_only)
+    try:
+        out = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+            **kwargs,
+        )  # fmt: skip
+    finally:
+        handle.remove()
     logits = out.logits  # [N, V], the kept positions in row-major order
-    if logits.dim() != 2 or logits.shape[0] != int(keep.sum()):
-        # a model (remote code, say) that takes the argument but not a boolean mask: full logits from now on
-        _unwrapped(model)._ragrl_boolean_logits_to_keep = False  # type: ignore[attr-defined]
+    n = int(keep.sum())
+    if len(seen) != 1 or logits.dim() != 2 or logits.shape[0] != n:
+        inner._ragrl_masked_head = False  # type: ignore[attr-defined]
         return None
     picked = selective_log_softmax(logits, input_ids[:, s:][keep], temperature)
     lp = torch.zeros(keep.shape, dtype=picked.dtype, device=picked.device).masked_scatter(keep, picked)
