@@ -116,9 +116,9 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q
 
-# The lent GPU machines' libraries in a virtualenv of their own (docs/performance.md, "The GPU check"):
-# their transformers and the TRL the device bundle carries, on the 2.13.0 CPU build (their torch is 2.11
-# CUDA). `make test-device-versions` runs the default suite there (CI runs it), so the code a lent GPU
+# The lent GPU machines' transformers and the TRL the device bundle carries, in a virtualenv of their own
+# (docs/performance.md, "The GPU check"), on the 2.13.0 CPU build (their torch is 2.11 CUDA; the other
+# libraries are the main environment's versions, not pinned to theirs). `make test-device-versions` runs the default suite there (CI runs it), so the code a lent GPU
 # runs first never meets its library versions for the first time on the GPU.
 DEVICE_VENV  ?= .venv-device
 DEVICE_STAMP := $(DEVICE_VENV)/.installed

@@ -252,7 +252,7 @@ def test_mask_keeps_the_models_own_logit_transform() -> None:
     assert (uncapped[keep] - full[keep]).abs().max() > 1e-2  # the cap matters at this scale
 
 
-def test_models_without_boolean_logits_to_keep_get_full_logits_zeroed_off_the_mask(
+def test_models_not_of_transformers_get_full_logits_zeroed_off_the_mask(
     model: LlamaForCausalLM,
 ) -> None:
     ids, attn = pad_batch(SEQS, 0, "right")
@@ -283,30 +283,97 @@ def test_models_without_boolean_logits_to_keep_get_full_logits_zeroed_off_the_ma
     assert lp_mod._masked_head_supported(wrapper) is False  # not one of transformers' own models
 
 
-def test_a_model_that_calls_its_head_twice_gets_full_logits_and_it_is_remembered() -> None:
-    """The masked head hands the head the kept rows on its one call; a model that calls it again (an
-    auxiliary head, say) is refused after that forward, and from then on gets full logits."""
+def _without_logits_to_keep(model: LlamaForCausalLM, after=None) -> LlamaForCausalLM:  # noqa: ANN001
+    """``model`` with an instance forward that takes no ``logits_to_keep`` (the head then gets every
+    position's hidden states), calling ``after(model, out)`` on its output when given."""
+    original = model.forward
+
+    def forward(**kwargs):  # noqa: ANN003, ANN202
+        out = original(**kwargs)
+        return after(model, out) if after is not None else out
+
+    model.forward = forward
+    return model
+
+
+@pytest.mark.parametrize(("start", "side"), [(1, "right"), (3, "left")])
+def test_the_masked_head_needs_no_logits_to_keep(start: int, side: str) -> None:
+    """A model whose forward takes no ``logits_to_keep``: the head's input is ``[B, L, H]`` and the hook
+    takes positions s - 1 .. L - 2 of it."""
+    ids, attn = pad_batch(SEQS, 0, side)  # type: ignore[arg-type]
+    mask = _random_mask(ids, start)
+    keep = mask.bool() & attn[:, start:].bool()
+    with torch.no_grad():
+        want = token_logprobs(_tiny_llama(True), ids, attn, start=start)
+    plain = _without_logits_to_keep(_tiny_llama(True))  # the same weights
+    calls = []
+    plain.lm_head.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+    with torch.no_grad():
+        got = token_logprobs(plain, ids, attn, start=start, mask=mask)
+    assert not lp_mod.accepts_logits_to_keep(plain) and calls == [(int(keep.sum()), 32)]
+    torch.testing.assert_close(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+    assert got[~keep].abs().sum() == 0
+
+
+def _head_again(model, out):  # noqa: ANN001, ANN202 - an auxiliary head, say
+    model.lm_head(torch.zeros(len(SEQS), 1, 32))
+    return out
+
+
+def _logits_reshaped(model, out):  # noqa: ANN001, ANN202 - a [1, N, V] batch of the head's [N, V]
+    if out.logits.dim() == 2:
+        out.logits = out.logits[None]
+    return out
+
+
+@pytest.mark.parametrize("odd", [_head_again, _logits_reshaped])
+def test_a_model_whose_head_is_not_the_one_call_gets_full_logits_and_it_is_remembered(odd) -> None:  # noqa: ANN001
+    """A model that calls its head again, or changes the logits' shape: refused after that forward, the
+    same values from the full logits, and full logits from then on."""
     ids, attn = pad_batch(SEQS, 0, "right")
     mask = _random_mask(ids, 1)
     keep = mask.bool() & attn[:, 1:].bool()
     with torch.no_grad():
         want = token_logprobs(_tiny_llama(False), ids, attn)
-    odd = _tiny_llama(False)  # the same weights
-    original = odd.forward
-
-    def forward(**kwargs):  # noqa: ANN003, ANN202 - no logits_to_keep: the head sees every position
-        out = original(**kwargs)
-        odd.lm_head(torch.zeros(1, 1, 32))
-        return out
-
-    odd.forward = forward
-    assert lp_mod._masked_head_supported(odd) and not lp_mod.accepts_logits_to_keep(odd)
+    model = _without_logits_to_keep(_tiny_llama(False), after=odd)
+    assert lp_mod._masked_head_supported(model)
     for _ in range(2):
         with torch.no_grad():
-            got = token_logprobs(odd, ids, attn, mask=mask)
+            got = token_logprobs(model, ids, attn, mask=mask)
         torch.testing.assert_close(got[keep], want[keep])
         assert got[~keep].abs().sum() == 0
-        assert lp_mod._masked_head_supported(odd) is False  # remembered after the first call
+        assert lp_mod._masked_head_supported(model) is False  # remembered after the first call
+
+
+def test_the_masked_head_runs_under_fsdp2(tmp_path) -> None:  # noqa: ANN001
+    """FSDP2 gives the model a class of its own (``FSDPLlamaForCausalLM``, defined in torch) that keeps
+    transformers' forward: the head still sees the kept rows only, with the unsharded model's values."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    ids, attn = pad_batch(SEQS, 0, "right")
+    mask = _random_mask(ids, 2)
+    keep = mask.bool() & attn[:, 2:].bool()
+    want = token_logprobs(_tiny_llama(True), ids, attn, start=2)
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
+    try:
+        model = _tiny_llama(True)
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)  # as ragrl.train.parallel shards a policy
+        assert not type(model).__module__.startswith("transformers.")
+        calls = []
+        model.lm_head.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+        got = token_logprobs(model, ids, attn, start=2, mask=mask)
+        got.sum().backward()
+        assert calls == [(int(keep.sum()), 32)]
+        torch.testing.assert_close(got[keep], want[keep].detach(), rtol=1e-5, atol=1e-5)
+        assert model.lm_head.weight.grad is not None
+    finally:
+        if started:
+            dist.destroy_process_group()
 
 
 def test_cache_keyword_follows_the_forward_signature():

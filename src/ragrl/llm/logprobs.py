@@ -181,13 +181,15 @@ def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _masked_head_supported(model: torch.nn.Module) -> bool:
-    """Whether ``_masked_logprobs`` may run ``model``: one of transformers' own causal LMs (their forward
-    applies the output embedding once, to the last hidden states, then only element-wise transforms),
-    not one found to return anything else (remembered on the model)."""
+    """Whether ``_masked_logprobs`` may run ``model``: its forward is one of transformers' own causal
+    LMs' (they apply the output embedding once, to the last hidden states, then only element-wise
+    transforms), and it was not found to return anything else (remembered on the model). The forward's
+    class, not the model's: FSDP2 makes each model an instance of a class of its own (``FSDP<Name>``,
+    defined in torch) that keeps the model's forward."""
     inner = _unwrapped(model)
     return (
         getattr(inner, "_ragrl_masked_head", True)
-        and type(inner).__module__.startswith("transformers.")
+        and getattr(type(inner).forward, "__module__", "").startswith("transformers.")
         and hasattr(inner, "get_output_embeddings")
         and inner.get_output_embeddings() is not None
     )
@@ -291,7 +293,7 @@ def _masked_logprobs(
             return None  # not the one call on the last hidden states: the output check refuses it
         if hidden.shape[1] not in (n_keep, input_ids.shape[1]):
             return None
-        return (hidden[:, hidden.shape[1] - n_keep : -1][keep], *args[1:])
+        return (hidden[:, hidden.shape[1] - n_keep : -1][keep.to(hidden.device)], *args[1:])
 
     kwargs: dict[str, Any] = {"logits_to_keep": n_keep} if accepts_logits_to_keep(model) else {}
     handle = inner.get_output_embeddings().register_forward_pre_hook(kept_rows_only)
