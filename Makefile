@@ -118,8 +118,9 @@ test: lint
 
 # The lent GPU machines' transformers and the TRL the device bundle carries, in a virtualenv of their own
 # (docs/performance.md, "The GPU check"), on the 2.13.0 CPU build (their torch is 2.11 CUDA; the other
-# libraries are the main environment's versions, not pinned to theirs). `make test-device-versions` runs the default suite there (CI runs it), so the code a lent GPU
-# runs first never meets its library versions for the first time on the GPU.
+# libraries are the main environment's versions, not pinned to theirs). `make test-device-versions` runs
+# the default suite there (CI runs it), so the code a lent GPU runs never meets its transformers and TRL
+# for the first time on the GPU.
 DEVICE_VENV  ?= .venv-device
 DEVICE_STAMP := $(DEVICE_VENV)/.installed
 DEVICE_TRANSFORMERS := transformers==5.17.0

@@ -29,6 +29,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RAGRL_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+@pytest.fixture
+def one_process_group(tmp_path: Path) -> Iterator[None]:
+    """A gloo process group of one (what FSDP2's ``fully_shard`` needs), torn down after the test; an
+    existing group is used as it is."""
+    import torch.distributed as dist
+
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        if started:
+            dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

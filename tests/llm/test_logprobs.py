@@ -345,35 +345,27 @@ def test_a_model_whose_head_is_not_the_one_call_gets_full_logits_and_it_is_remem
         assert lp_mod._masked_head_supported(model) is False  # remembered after the first call
 
 
-def test_the_masked_head_runs_under_fsdp2(tmp_path) -> None:  # noqa: ANN001
+def test_the_masked_head_runs_under_fsdp2(one_process_group) -> None:  # noqa: ANN001
     """FSDP2 gives the model a class of its own (``FSDPLlamaForCausalLM``, defined in torch) that keeps
     transformers' forward: the head still sees the kept rows only, with the unsharded model's values."""
-    import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
     ids, attn = pad_batch(SEQS, 0, "right")
     mask = _random_mask(ids, 2)
     keep = mask.bool() & attn[:, 2:].bool()
     want = token_logprobs(_tiny_llama(True), ids, attn, start=2)
-    started = not dist.is_initialized()
-    if started:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
-    try:
-        model = _tiny_llama(True)
-        for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)  # as ragrl.train.parallel shards a policy
-        assert not type(model).__module__.startswith("transformers.")
-        calls = []
-        model.lm_head.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
-        got = token_logprobs(model, ids, attn, start=2, mask=mask)
-        got.sum().backward()
-        assert calls == [(int(keep.sum()), 32)]
-        torch.testing.assert_close(got[keep], want[keep].detach(), rtol=1e-5, atol=1e-5)
-        assert model.lm_head.weight.grad is not None
-    finally:
-        if started:
-            dist.destroy_process_group()
+    model = _tiny_llama(True)
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)  # as ragrl.train.parallel shards a policy
+    assert not type(model).__module__.startswith("transformers.")
+    calls = []
+    model.lm_head.register_forward_hook(lambda m, i, o: calls.append(tuple(i[0].shape)))
+    got = token_logprobs(model, ids, attn, start=2, mask=mask)
+    got.sum().backward()
+    assert calls == [(int(keep.sum()), 32)]
+    torch.testing.assert_close(got[keep], want[keep].detach(), rtol=1e-5, atol=1e-5)
+    assert model.lm_head.weight.grad is not None
 
 
 def test_cache_keyword_follows_the_forward_signature():

@@ -376,27 +376,17 @@ def test_a_replay_that_fails_its_check_leaves_no_trace(monkeypatch: pytest.Monke
     assert (step.check_error != step.check_error) == (fault == "writes nothing")  # NaN: nothing written
 
 
-def test_fsdp_is_not_supported(tmp_path) -> None:  # noqa: ANN001
+def test_fsdp_is_not_supported(one_process_group) -> None:  # noqa: ANN001
     """FSDP2's hooks gather the weights inside each layer's forward (collectives a graph cannot hold):
     ``auto`` decodes such a policy with the loop, even while its weights are gathered for generation."""
-    import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
 
-    started = not dist.is_initialized()
-    if started:
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
-    try:
-        model = llama()
-        fully_shard(model)
-        assert (
-            unsupported_reason(model)
-            == "the weights are sharded (FSDP's hooks gather them inside the forward)"
-        )
-        model.unshard()  # as ragrl's generation context does: plain tensors, the hooks still there
-        assert "sharded" in unsupported_reason(model)
-    finally:
-        if started:
-            dist.destroy_process_group()
+    model = llama()
+    fully_shard(model)
+    reason = unsupported_reason(model)
+    assert reason == "the weights are sharded (FSDP's hooks gather them inside the forward)"
+    model.unshard()  # as ragrl's generation context does: plain tensors, the hooks still there
+    assert "sharded" in unsupported_reason(model)
 
 
 @pytest.mark.gpu

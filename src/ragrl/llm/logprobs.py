@@ -284,15 +284,15 @@ def _masked_logprobs(
     the GPU machines' 5.17 included). None, remembered on the model, when its output is not that."""
     inner = _unwrapped(model)
     n_keep = input_ids.shape[1] - s + 1  # positions s-1 .. L-1 (the last one predicts nothing)
-    seen: list[tuple[int, ...]] = []
+    calls = 0
 
     def kept_rows_only(_head: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        nonlocal calls
+        calls += 1
         hidden = args[0]
-        seen.append(tuple(hidden.shape))
-        if len(seen) > 1 or hidden.dim() != 3 or hidden.shape[0] != keep.shape[0]:
+        last_states = hidden.dim() == 3 and hidden.shape[0] == keep.shape[0]
+        if calls > 1 or not last_states or hidden.shape[1] not in (n_keep, input_ids.shape[1]):
             return None  # not the one call on the last hidden states: the output check refuses it
-        if hidden.shape[1] not in (n_keep, input_ids.shape[1]):
-            return None
         return (hidden[:, hidden.shape[1] - n_keep : -1][keep.to(hidden.device)], *args[1:])
 
     kwargs: dict[str, Any] = {"logits_to_keep": n_keep} if accepts_logits_to_keep(model) else {}
@@ -306,7 +306,7 @@ def _masked_logprobs(
         handle.remove()
     logits = out.logits  # [N, V], the kept positions in row-major order
     n = int(keep.sum())
-    if len(seen) != 1 or logits.dim() != 2 or logits.shape[0] != n:
+    if calls != 1 or logits.dim() != 2 or logits.shape[0] != n:
         inner._ragrl_masked_head = False  # type: ignore[attr-defined]
         return None
     picked = selective_log_softmax(logits, input_ids[:, s:][keep], temperature)
