@@ -63,12 +63,21 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     world = (out / "world.md").read_text().splitlines()
     assert [line.split("|")[1].strip() for line in world[2:]] == ["0", "1", "2", "mean"]
     figures = json.loads((out / "world.json").read_text())
-    assert set(figures) == {"gain_mean", "gain_min", "em_answerable_after_mean", "closed_book_max"}
+    assert set(figures) == {
+        "gain_mean", "gain_min", "em_answerable_after_mean", "closed_book_max", "closed_book_by_type"
+    }  # fmt: skip
     for seed in (0, 1, 2):
         summary = json.loads((work / "learning" / f"seed-{seed}" / "summary.json").read_text())
+        # the closed-book row by question type: the same answerable questions, the same right answers
+        by_type = figures["closed_book_by_type"][str(seed)]
+        closed = summary["held_out"]["after GRPO, closed-book"]
+        assert set(by_type) <= {"bridge", "comparison"} and by_type
+        assert sum(t["n"] for t in by_type.values()) == sum(closed["outcomes_answerable"].values())
+        right = sum(t["right"] for t in by_type.values())
+        assert abs(right / sum(t["n"] for t in by_type.values()) - closed["em_answerable"]) < 1e-6
         assert summary["stopped"] == "time" and summary["steps"] == 1  # the GRPO budget ended the run
         assert set(summary["decode"]) == {"loop"}  # auto on a CPU; a GPU's says graph (or why not)
-    assert "decoded by" in world[0] and "loop ×" in world[2]
+    assert "decoded by" in world[0] and "loop ×" in world[2] and "closed-book right, by type" in world[0]
     if SHARED.is_dir():  # warm start and GRPO on the real samples, both scored
         real = (out / "real.md").read_text().splitlines()[2:]
         assert [tuple(c.strip() for c in line.split("|")[1:3]) for line in real] == [

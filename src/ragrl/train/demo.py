@@ -137,6 +137,23 @@ def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
         "n": len(examples),
         # why the answerable questions were missed: searching or reading (docs/eval.md, "Outcomes")
         "outcomes_answerable": count_outcomes([r["outcome"] for r in report.rows if r["id"] in answerable]),
+        "em_answerable_by_type": em_by_type(report.rows, examples),
+    }
+
+
+def em_by_type(rows: Sequence[dict[str, Any]], examples: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """EM on the answerable questions of each ``metadata.type`` (``bridge``, ``comparison``, ...;
+    ``untyped`` where a question has none): ``{type: {"n": questions, "right": right, "em": share}}``.
+    A comparison names its candidate answers, so a policy that guesses is right on some of them with no
+    evidence at all; the closed-book row's bridge questions are what it could only know by heart."""
+    kinds = {ex.id: str(ex.metadata.get("type") or "untyped") for ex in examples if ex.answerable}
+    counts: dict[str, list[float]] = {}
+    for row in rows:
+        if row["id"] in kinds:
+            counts.setdefault(kinds[row["id"]], []).append(float(row.get("em", 0.0)))
+    return {
+        kind: {"n": len(ems), "right": round(sum(ems), 6), "em": round(sum(ems) / len(ems), 6)}
+        for kind, ems in sorted(counts.items())
     }
 
 
