@@ -7,7 +7,8 @@ ragrl and raw bm25s (its documented usage: ``bm25s.tokenize`` + ``BM25.retrieve`
 to end (query strings in, top-k out: tokenization included),
 interleaved, after a warm-up, best of N. rank_bm25 scores every document in Python per query, so it
 runs on a subset (``--rank-bm25-queries``) and is compared per query. The last line printed is the
-ragrl / raw bm25s throughput ratio.
+ragrl / raw bm25s throughput ratio; with ``--compare-threads N``, the ratio of ragrl's throughput
+with ``n_threads=N`` to ``--n-threads``'s, both timed interleaved on the same index.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--rank-bm25-queries", type=int, default=50)
     ap.add_argument("--n-threads", type=int, default=0, help="bm25s threads (same for ragrl and bm25s)")
+    ap.add_argument(
+        "--compare-threads", type=int, default=0, metavar="N",
+        help="also time ragrl's BM25 with n_threads=N against --n-threads, interleaved (ratio printed last)",
+    )  # fmt: skip
     args = ap.parse_args()
 
     passages, _ = read_corpus(CORPUS)
@@ -134,6 +139,17 @@ def main() -> None:
         print("rank_bm25 not installed (pip install 'ragrl[bench]'); skipped")
     sys.stdout.flush()
     print(f"ragrl/bm25s throughput ratio: {qps_ragrl / qps_raw:.2f}")
+    if args.compare_threads:  # the same index and queries, only the retriever's n_threads differs
+        base, threads = args.n_threads, args.compare_threads
+        times: dict[int, list[float]] = {base: [], threads: []}
+        for _ in range(args.repeats):
+            for n in (base, threads):
+                ragrl.n_threads = n
+                times[n].append(best_of(run_ragrl, 1))
+        qps = {n: len(questions) / min(t) for n, t in times.items()}
+        print(f"ragrl bm25, n_threads={base}: {qps[base]:10,.0f} queries/s")
+        print(f"ragrl bm25, n_threads={threads}: {qps[threads]:10,.0f} queries/s")
+        print(f"n_threads={threads} / n_threads={base} throughput ratio: {qps[threads] / qps[base]:.2f}")
 
 
 if __name__ == "__main__":
