@@ -149,6 +149,26 @@ def test_bf16_logits_are_scored_in_float32() -> None:
     torch.testing.assert_close(ours, ref, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_bf16_logits_get_the_float32_gradient_in_bf16(
+    temperature: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backward computes each chunk's gradient in float32 and writes it into a bf16 gradient: what
+    plain autograd over the float32 upcast gives, rounded once to bf16."""
+    monkeypatch.setattr(lp_mod, "_CHUNK_ELEMENTS", 2 * 33)  # several chunks
+    torch.manual_seed(4)
+    logits = (4 * torch.randn(5, 33)).to(torch.bfloat16).requires_grad_()
+    index = torch.randint(0, 33, (5,))
+    weights = torch.randn(5)
+    (selective_log_softmax(logits, index, temperature) * weights).sum().backward()
+    ours = logits.grad.clone()
+    logits.grad = None
+    ref = torch.log_softmax(logits.float() / temperature, -1).gather(-1, index[:, None]).squeeze(-1)
+    (ref * weights).sum().backward()
+    assert ours.dtype == torch.bfloat16
+    torch.testing.assert_close(ours, logits.grad, atol=0, rtol=0)
+
+
 def test_token_logprobs_with_grad_matches_plain_autograd(model: LlamaForCausalLM) -> None:
     ids, mask = pad_batch(SEQS, 0, "right")
     model.zero_grad()

@@ -1,0 +1,118 @@
+"""``selective_log_softmax``'s memory: peak resident memory of scoring chosen tokens, forward and
+backward, against the plain ``log_softmax(logits.float(), -1).gather(...)``.
+
+    .venv/bin/python benchmarks/selective_logsoftmax_memory.py [--batch 4] [--length 512]
+        [--vocab 49152] [--dtype bfloat16 float32] [--repeats 3]
+
+Random logits ``[batch, length, vocab]`` in ``--dtype`` (a leaf that requires grad, as a model's output
+does) and random chosen ids; the log-probs summed and back-propagated to the logits. Each (dtype, way)
+runs in a process of its own, so its peak resident memory (``ru_maxrss``) is its own; it is reported
+above the process's resident memory once the logits and their gradient's buffer exist
+(``/proc/self/statm``), so what is left is what the scoring itself holds. Seconds are the median of
+``--repeats`` passes after one warm-up. The log-probs and gradients of the two ways are compared
+(largest difference printed). The last line is the headline: selective's peak as a share of plain's,
+per dtype.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+WAYS = ("plain", "selective")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child(way: str, batch: int, length: int, vocab: int, dtype: str, repeats: int) -> dict[str, float]:
+    import torch
+
+    from ragrl.llm.logprobs import selective_log_softmax
+
+    torch.manual_seed(0)
+    logits = torch.randn(batch, length, vocab, dtype=getattr(torch, dtype)).requires_grad_()
+    index = torch.randint(0, vocab, (batch, length))
+    logits.grad = torch.zeros_like(logits)  # the gradient's buffer exists before the baseline is read
+
+    def score() -> torch.Tensor:
+        if way == "plain":
+            return torch.log_softmax(logits.float(), -1).gather(-1, index[..., None]).squeeze(-1)
+        return selective_log_softmax(logits, index)
+
+    base = rss_mb()
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        logp = score()
+        logp.sum().backward()
+        seconds.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "peak_above_mb": peak - max(base, peak_before),
+        "seconds": statistics.median(seconds[1:]),
+        "logits_mb": logits.numel() * logits.element_size() / 2**20,
+        "logp_sum": float(logp.detach().double().sum()),
+        "grad_sum_abs": float(logits.grad.double().abs().sum()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--length", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--child", nargs=2, metavar=("WAY", "DTYPE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        way, dtype = args.child
+        print(json.dumps(child(way, args.batch, args.length, args.vocab, dtype, args.repeats)))
+        return
+
+    import torch
+
+    print(
+        f"logits [{args.batch}, {args.length}, {args.vocab}], forward + backward; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    ratios = []
+    for dtype in args.dtype:
+        rows = {}
+        for way in WAYS:
+            command = [sys.executable, __file__, "--child", way, dtype]
+            command += ["--batch", str(args.batch), "--length", str(args.length), "--vocab", str(args.vocab)]
+            command += ["--repeats", str(args.repeats)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            rows[way] = json.loads(done.stdout.strip().splitlines()[-1])
+        plain, sel = rows["plain"], rows["selective"]
+        print(f"{dtype}: logits {plain['logits_mb']:,.0f} MB (and as much again for their gradient)")
+        for way in WAYS:
+            r = rows[way]
+            print(
+                f"  {way:9s}: peak {r['peak_above_mb']:8,.0f} MB above the logits, "
+                f"{r['seconds']:.3f} s a pass"
+            )
+        print(
+            f"  same values: log-prob sums {plain['logp_sum']:.4f} / {sel['logp_sum']:.4f}, "
+            f"|grad| sums {plain['grad_sum_abs']:.4f} / {sel['grad_sum_abs']:.4f}"
+        )
+        ratios.append(
+            f"{dtype} peak {sel['peak_above_mb'] / plain['peak_above_mb']:.2f}×, "
+            f"time {sel['seconds'] / plain['seconds']:.2f}×"
+        )
+    print("selective / plain: " + "; ".join(ratios))
+
+
+if __name__ == "__main__":
+    main()
