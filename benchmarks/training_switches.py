@@ -82,7 +82,9 @@ def child(arm: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
 def build(path: Path, args: argparse.Namespace) -> int:
     """A random-weight Llama of the given shape saved into ``path``; its parameter count."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from ragrl.train.reader import resolve_base
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -92,6 +94,8 @@ def build(path: Path, args: argparse.Namespace) -> int:
     )  # fmt: skip
     model = LlamaForCausalLM(config)
     model.save_pretrained(path)
+    # ragrl's loader wants the folder's tokenizer; the update never reads it (the ids are random)
+    AutoTokenizer.from_pretrained(resolve_base("shipped")).save_pretrained(path)
     return sum(p.numel() for p in model.parameters())
 
 
