@@ -72,6 +72,31 @@ def world_dir(tmp_path_factory):
     return d
 
 
+class CountingRetriever:
+    """A retriever that passes every search to ``inner`` and records each call's queries in ``calls``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[list[str]] = []
+
+    @property
+    def fingerprint(self) -> Any:
+        return self.inner.fingerprint
+
+    def search(self, queries: list[str], k: int) -> Any:
+        self.calls.append(list(queries))
+        return self.inner.search(queries, k)
+
+    def save(self, directory: Any) -> None:
+        self.inner.save(directory)
+
+
+@pytest.fixture
+def counting_retriever() -> type[CountingRetriever]:
+    """``counting_retriever(inner)``: ``inner`` wrapped so that each search call's queries are recorded."""
+    return CountingRetriever
+
+
 # An OpenAI-compatible chat server on localhost, for the judge clients and the judged rewards.
 @dataclass
 class ChatServer:

@@ -7,23 +7,6 @@ import pytest
 from ragrl.errors import RagrlError
 from ragrl.retrieval import CachedRetriever
 
-
-class Counting:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def search(self, queries, k):
-        self.calls.append(list(queries))
-        return self.inner.search(queries, k)
-
-    def save(self, directory):
-        self.inner.save(directory)
-
-
 QUERIES = ["capital of Germany", "highest mountain", "the of and", "capital of Germany"]
 
 
@@ -43,9 +26,9 @@ def test_record_then_replay_without_index(toy_bm25, tmp_path):
             rep.search(["highest mountain"], k=2)  # k is part of the key
 
 
-def test_readwrite_uses_cache(toy_bm25, tmp_path):
+def test_readwrite_uses_cache(toy_bm25, tmp_path, counting_retriever):
     db = tmp_path / "c.sqlite"
-    inner = Counting(toy_bm25)
+    inner = counting_retriever(toy_bm25)
     cached = CachedRetriever(inner, db)
     first = cached.search(QUERIES, k=2)
     assert inner.calls == [["capital of Germany", "highest mountain", "the of and"]]  # deduplicated
@@ -56,9 +39,9 @@ def test_readwrite_uses_cache(toy_bm25, tmp_path):
     cached.close()
 
 
-def test_record_overwrites_and_off_bypasses(toy_bm25, tmp_path):
+def test_record_overwrites_and_off_bypasses(toy_bm25, tmp_path, counting_retriever):
     db = tmp_path / "c.sqlite"
-    inner = Counting(toy_bm25)
+    inner = counting_retriever(toy_bm25)
     CachedRetriever(inner, db).search(["highest mountain"], k=2)
     CachedRetriever(inner, db, "record").search(["highest mountain"], k=2)
     assert len(inner.calls) == 2

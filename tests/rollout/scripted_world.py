@@ -37,23 +37,6 @@ EOS = TOK.eos_token_id
 INFO_END = TOK.convert_tokens_to_ids("</information>")
 
 
-class CountingRetriever:
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls: list[list[str]] = []
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def search(self, queries, k):
-        self.calls.append(list(queries))
-        return self.inner.search(queries, k)
-
-    def save(self, directory):  # pragma: no cover
-        self.inner.save(directory)
-
-
 @pytest.fixture(scope="module")
 def bm25():
     return BM25Retriever.build(PASSAGES)

@@ -16,12 +16,12 @@ world = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(world)
 bm25 = world.bm25  # the module's BM25 index fixture
 TOK, EOS, PASSAGES, PROTOCOL = world.TOK, world.EOS, world.PASSAGES, world.PROTOCOL
-TWO_SEARCHES, CountingRetriever = world.TWO_SEARCHES, world.CountingRetriever
+TWO_SEARCHES = world.TWO_SEARCHES
 example, script, engine, turn_of = world.example, world.script, world.engine, world.turn_of
 
 
-def test_two_searches_then_answer(bm25):
-    retr = CountingRetriever(bm25)
+def test_two_searches_then_answer(bm25, counting_retriever):
+    retr = counting_retriever(bm25)
     eng, backend = engine(script(TWO_SEARCHES), retr)
     [traj] = eng.run([example()])
     assert [s.kind for s in traj.segments] == ["policy", "env", "policy", "env", "policy"]
@@ -280,7 +280,7 @@ def test_eos_without_answer(bm25):
     assert len(traj.segments) == 1 and traj.actions[0].kind == "invalid"
 
 
-def test_batching_one_call_per_turn_and_groups(bm25):
+def test_batching_one_call_per_turn_and_groups(bm25, counting_retriever):
     # example i searches i times before answering
     examples = [
         example(i, q) for i, q in enumerate(["Who was Alan Turing?", "What is Paris?", "Who is Ada?"])
@@ -296,7 +296,7 @@ def test_batching_one_call_per_turn_and_groups(bm25):
             else "<answer> x </answer>"
         )
 
-    retr = CountingRetriever(bm25)
+    retr = counting_retriever(bm25)
     eng, backend = engine(policy, retr)
     trajs = eng.run(examples, n=2, seed=5)
     assert [t.example_id for t in trajs] == ["q0", "q0", "q1", "q1", "q2", "q2"]
