@@ -67,12 +67,12 @@ def main() -> None:
         for name, path in files.items():
             out = work / f"eval-{name}-{repeat}"
             t0 = time.perf_counter()
-            done = ragrl("eval", "--model", str(world / "model"), "--data", str(path),
-                         "--index", str(world / "bm25"), "--out", str(out))  # fmt: skip
+            ragrl("eval", "--model", str(world / "model"), "--data", str(path),
+                  "--index", str(world / "bm25"), "--out", str(out))  # fmt: skip
             times[name].append(time.perf_counter() - t0)
             scores = json.loads((out / "scores.json").read_text(encoding="utf-8"))
-            assert scores["n_scored"] == 3, scores
-            assert scores.get("questions_cut", 0) == (name == "long"), (scores, done.stderr[-500:])
+            if scores["n_scored"] != 3 or scores.get("questions_cut", 0) != (name == "long"):
+                sys.exit(f"{name}: expected 3 questions scored, {int(name == 'long')} cut: {scores}")
     for name, seconds in times.items():
         print(
             f"{name}: best {min(seconds):.2f} s of {', '.join(f'{s:.2f}' for s in seconds)} "

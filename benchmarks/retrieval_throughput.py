@@ -54,6 +54,9 @@ def main() -> None:
         help="also time ragrl's BM25 with n_threads=N against --n-threads, interleaved (ratio printed last)",
     )  # fmt: skip
     args = ap.parse_args()
+    if args.compare_threads and max(args.compare_threads, 1) == max(args.n_threads, 1):
+        # ragrl's BM25 runs in the calling thread for n_threads 0 and 1 alike
+        ap.error(f"--compare-threads {args.compare_threads} runs as --n-threads {args.n_threads} does")
 
     passages, _ = read_corpus(CORPUS)
     questions = [q["question"] for q in json.loads(QUESTIONS.read_text())][: args.queries]

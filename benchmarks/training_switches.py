@@ -62,6 +62,7 @@ def child(arm: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
     mask[:, -n:] = 1.0  # the policy's tokens: the sequence's last turns
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     loaded = rss_mb()
+    loading_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     seconds = []
     for _ in range(args.repeats + 1):
         t0 = time.perf_counter()
@@ -73,6 +74,8 @@ def child(arm: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "peak_above_mb": peak - loaded,
+        # loading's own high-water mark above the baseline: a peak at or below it is not the update's
+        "loading_above_mb": loading_peak - loaded,
         "seconds": statistics.median(seconds[1:]),
         "trainable": trainable,
         "threads": torch.get_num_threads(),
@@ -141,7 +144,7 @@ def main() -> None:
             print(
                 f"{arm:>18}: peak {r['peak_above_mb']:7,.0f} MB above the loaded model, "
                 f"{r['seconds']:6.2f} s an update, {r['trainable'] / 1e6:7.2f}M trainable, "
-                f"{r['threads']} threads",
+                f"{r['threads']} threads (loading's high-water mark {r['loading_above_mb']:,.0f} MB)",
                 flush=True,
             )
     first, base = args.arms[0], rows[args.arms[0]]

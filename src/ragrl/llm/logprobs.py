@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 _CHUNK_ELEMENTS = 1 << 24
-"""Upper bound on the float32 elements held at once by the chunked log-softmax (64 MiB)."""
+"""Rows of logits taken at once by the chunked log-softmax: at most this many elements (a float32 chunk
+is 64 MiB; two or three such chunks live at once: the upcast, the temperature's quotient, the result)."""
 
 
 def pad_batch(
@@ -84,7 +85,8 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     Forward: a float32 log-softmax chunk by chunk (``_CHUNK_ELEMENTS`` at a time), the selected entries
     gathered from each. Backward recomputes the softmax chunk by chunk:
     ``d/dlogits = g * (onehot(index) - softmax(logits / T)) / T``. Nothing vocabulary-sized is saved
-    beyond the logits themselves.
+    beyond the logits themselves. The backward works in place on its float32 chunks, so it cannot itself
+    be differentiated (``once_differentiable``: a second-order gradient is refused, not wrong).
     """
 
     @staticmethod
@@ -95,7 +97,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         step = max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1]))
         for i in range(0, flat.shape[0], step):
             chunk = flat[i : i + step] if temperature == 1.0 else flat[i : i + step].float() / temperature
-            # one fused pass: a float32 log-softmax of this chunk only (faster than gather - logsumexp)
+            # one float32 log-softmax of this chunk (one operation: faster than gather - logsumexp)
             logp = torch.log_softmax(chunk, dim=-1, dtype=torch.float32)
             out[i : i + step] = logp.gather(-1, idx[i : i + step, None]).squeeze(-1)
         ctx.save_for_backward(logits, index)
@@ -103,6 +105,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         return out.reshape(index.shape)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         logits, index = ctx.saved_tensors
         t = ctx.temperature
@@ -114,7 +117,7 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         for i in range(0, flat.shape[0], step):
             chunk = flat[i : i + step] if t == 1.0 else flat[i : i + step].float() / t
             gi = g[i : i + step, None]
-            # in place on the one float32 chunk the softmax makes: half the time of new tensors per op
+            # in place on the float32 chunk the softmax returns: no new vocabulary-wide tensor per operation
             d = torch.softmax(chunk, dim=-1, dtype=torch.float32).mul_(-gi)
             d.scatter_add_(-1, idx[i : i + step, None], gi)
             if t != 1.0:
