@@ -210,7 +210,7 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         closed.append(s["em_answerable_closed_book"])
         # a comparison names its two candidates: a guess is right on about half of them with no evidence,
         # so the bridge questions are the memorisation check (docs/models.md)
-        by_type = s["held_out"]["after GRPO, closed-book"].get("em_answerable_by_type", {})
+        by_type = rows["after GRPO, closed-book"].get("em_answerable_by_type", {})
         closed_by_type[str(s["seed"])] = by_type
         typed = ", ".join(f"{k} {v['right']:.0f}/{v['n']}" for k, v in by_type.items()) or "—"
         lines.append(

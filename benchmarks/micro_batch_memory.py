@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
+
+from process_memory import timed_passes
 
 
 def child(batch: int, micro: int, length: int, policy_tokens: int, repeats: int) -> dict[str, float]:
@@ -42,20 +40,16 @@ def child(batch: int, micro: int, length: int, policy_tokens: int, repeats: int)
     scored = torch.zeros(batch, length - start)
     first = length - start - 80 - policy_tokens  # the policy's last turn, before any padding
     scored[:, first : first + policy_tokens] = 1
-    with open("/proc/self/statm", encoding="ascii") as f:  # resident pages now, not a high-water mark
-        rss_loaded = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024  # kB
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
+
+    def one_pass() -> None:
         for lo in range(0, batch, micro):
             rows = slice(lo, lo + micro)
             logp = token_logprobs(model, ids[rows], attention[rows], start=start, mask=scored[rows])
             (-(logp * scored[rows]).sum() / scored.sum()).backward()
         model.zero_grad(set_to_none=True)
-        if i:
-            times.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
-    return {"micro": micro, "peak_mb": (peak - rss_loaded) / 1024, "seconds": statistics.median(times),
+
+    row = timed_passes(one_pass, repeats)  # above the loaded model
+    return {"micro": micro, "peak_mb": row["peak_above_mb"], "seconds": row["seconds"],
             "threads": torch.get_num_threads()}  # fmt: skip
 
 

@@ -18,19 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
+
+from process_memory import timed_passes
 
 WAYS = ("plain", "selective")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def child(way: str, batch: int, length: int, vocab: int, dtype: str, repeats: int) -> dict[str, float]:
@@ -48,20 +41,14 @@ def child(way: str, batch: int, length: int, vocab: int, dtype: str, repeats: in
             return torch.log_softmax(logits.float(), -1).gather(-1, index[..., None]).squeeze(-1)
         return selective_log_softmax(logits, index)
 
-    base = rss_mb()
-    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    seconds = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
+    def one_pass() -> None:
+        score().sum().backward()
+
+    row = timed_passes(one_pass, repeats)
+    with torch.no_grad():  # the values the passes scored, for the two ways' comparison
         logp = score()
-        logp.sum().backward()
-        seconds.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "peak_above_mb": peak - base,
-        # the set-up's own high-water mark above the baseline: a peak at or below it is not the scoring's
-        "setup_above_mb": peak_before - base,
-        "seconds": statistics.median(seconds[1:]),
+        **row,
         "logits_mb": logits.numel() * logits.element_size() / 2**20,
         "logp_sum": float(logp.detach().double().sum()),
         "grad_sum_abs": float(logits.grad.double().abs().sum()),

@@ -22,21 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from process_memory import timed_passes
+
 ARMS = ("full", "checkpointing", "lora", "lora+checkpointing")
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def child(arm: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -61,22 +54,16 @@ def child(arm: str, path: Path, args: argparse.Namespace) -> dict[str, float]:
     n = max(1, int(args.scored * (args.length - 1)))
     mask[:, -n:] = 1.0  # the policy's tokens: the sequence's last turns
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    loaded = rss_mb()
-    loading_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    seconds = []
-    for _ in range(args.repeats + 1):
-        t0 = time.perf_counter()
+
+    def update() -> None:
         logp = token_logprobs(model, ids, start=1, mask=mask)
         (-(logp * mask).sum() / mask.sum()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        seconds.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    row = timed_passes(update, args.repeats)  # above the loaded model; setup_above_mb: loading's own peak
     return {
-        "peak_above_mb": peak - loaded,
-        # loading's own high-water mark above the baseline: a peak at or below it is not the update's
-        "loading_above_mb": loading_peak - loaded,
-        "seconds": statistics.median(seconds[1:]),
+        **row,
         "trainable": trainable,
         "threads": torch.get_num_threads(),
     }
@@ -144,7 +131,7 @@ def main() -> None:
             print(
                 f"{arm:>18}: peak {r['peak_above_mb']:7,.0f} MB above the loaded model, "
                 f"{r['seconds']:6.2f} s an update, {r['trainable'] / 1e6:7.2f}M trainable, "
-                f"{r['threads']} threads (loading's high-water mark {r['loading_above_mb']:,.0f} MB)",
+                f"{r['threads']} threads (loading's high-water mark {r['setup_above_mb']:,.0f} MB)",
                 flush=True,
             )
     first, base = args.arms[0], rows[args.arms[0]]
