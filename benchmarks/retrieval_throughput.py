@@ -63,7 +63,7 @@ def main() -> None:
     k = args.k
     print(
         f"corpus: {len(passages):,} passages ({CORPUS.name}); queries: {len(questions):,}; k={k}; "
-        f"cpus: {os.cpu_count()}; bm25s {bm25s.__version__}"
+        f"cpus: {os.cpu_count()}; bm25s {bm25s.__version__}; numpy {np.__version__}"
     )
 
     # ragrl

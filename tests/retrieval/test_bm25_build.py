@@ -146,8 +146,13 @@ def test_a_saved_index_links_the_built_score_files(tmp_path, monkeypatch):
     assert not data.flags.writeable and backing_file(data).is_relative_to(tmp_path / "work")
     retriever.save(tmp_path / "index")
     saved = tmp_path / "index" / "bm25s" / "data.csc.index.npy"
-    assert os.stat(saved).st_ino == os.stat(data.filename).st_ino  # linked, not written again
+    assert os.stat(saved).st_ino == os.stat(backing_file(data)).st_ino  # linked, not written again
     loaded = BM25Retriever.load(tmp_path / "index")
+    # plain views of the mappings: slicing an np.memmap runs Python code for every query term
+    for model in (retriever._model, loaded._model):
+        assert all(type(model.scores[key]) is np.ndarray for key in ("data", "indices"))
+    loaded_indices = backing_file(loaded._model.scores["indices"])
+    assert loaded_indices == tmp_path / "index" / "bm25s" / "indices.csc.index.npy"
     queries = [" ".join(p.text.split()[:6]) for p in PASSAGES[::500]]
     assert loaded.search(queries, 5) == retriever.search(queries, 5)
     np.testing.assert_array_equal(np.load(saved), np.asarray(data))

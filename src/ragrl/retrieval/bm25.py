@@ -38,7 +38,14 @@ from ragrl.retrieval.base import (
     save_corpus,
     write_manifest,
 )
-from ragrl.retrieval.bm25_build import CHUNK, build_in_chunks, load_bm25s, remember_file, save_model
+from ragrl.retrieval.bm25_build import (
+    CHUNK,
+    build_in_chunks,
+    load_bm25s,
+    plain_view,
+    remember_file,
+    save_model,
+)
 from ragrl.retrieval.store import own_copy
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -248,8 +255,10 @@ class BM25Retriever:
             ) from None
         for key in ("data", "indices"):  # mapped whole: a later save links them
             array, path = model.scores[key], os.path.abspath(d / _BM25S_DIR / f"{key}.csc.index.npy")
-            if isinstance(array, np.memmap) and os.path.abspath(array.filename or "") == path:
-                remember_file(array, path)
+            whole = isinstance(array, np.memmap) and os.path.abspath(array.filename or "") == path
+            model.scores[key] = plain_view(array)
+            if whole:
+                remember_file(model.scores[key], path)
         passages = load_corpus(d, manifest.get("num_passages"))
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):
