@@ -195,6 +195,27 @@ def test_the_special_tokens_are_the_ones_the_file_declares(tiny_gguf, tmp_path):
         use_declared_special_tokens(again, {"eos_token": 999}, path)
 
 
+def test_a_template_that_adds_a_replaced_token_adds_the_files_token(tiny_gguf, tmp_path):
+    """A file with ``add_bos_token``: setting bos alone left the post-processor prepending the misread one."""
+    path, _, reference_tok = tiny_gguf
+    misread = copy.deepcopy(reference_tok)
+    misread.bos_token, misread.add_bos_token = "<|endoftext|>", True  # id 0; the file declares 1
+    assert misread("Ostrand").input_ids[0] == 0
+    changed = use_declared_special_tokens(misread, {"bos_token": 1}, path)
+    assert changed == {"bos_token": ["<|endoftext|>", "<|im_start|>"]}
+    ids = misread("Ostrand").input_ids
+    assert ids == [1, *reference_tok("Ostrand", add_special_tokens=False).input_ids]
+    misread.save_pretrained(tmp_path / "tok")
+    assert AutoTokenizer.from_pretrained(tmp_path / "tok")("Ostrand").input_ids == ids
+    # a template without the replaced token is left as it was (no special tokens added)
+    plain = copy.deepcopy(reference_tok)
+    plain.eos_token = "<|im_start|>"
+    before = plain.backend_tokenizer.post_processor.__getstate__()
+    use_declared_special_tokens(plain, {"eos_token": 2}, path)
+    assert plain.backend_tokenizer.post_processor.__getstate__() == before
+    assert plain("Ostrand").input_ids == reference_tok("Ostrand", add_special_tokens=False).input_ids
+
+
 def test_import_refuses_what_it_cannot_import(tiny_gguf, tmp_path):
     path, _, _ = tiny_gguf
     not_gguf = tmp_path / "x.gguf"

@@ -171,7 +171,22 @@ def use_declared_special_tokens(tokenizer: Any, declared: dict[str, int], path: 
         if read != token:
             setattr(tokenizer, name, token)
             changed[name] = [read, token]
+    _rebuild_post_processor(tokenizer, {read for read, _ in changed.values() if read is not None})
     return changed
+
+
+def _rebuild_post_processor(tokenizer: Any, replaced: set[str]) -> None:
+    """Setting ``bos_token`` / ``eos_token`` leaves the fast tokenizer's post-processor as it was read:
+    one that adds a replaced token (a file with ``add_bos_token``) would still add it. Such a template is
+    rebuilt from the tokens now set (transformers' ``update_post_processor``); any other post-processor
+    is left alone."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    post = getattr(backend, "post_processor", None)
+    if not replaced or post is None or not hasattr(tokenizer, "update_post_processor"):
+        return
+    state = json.loads(post.__getstate__())
+    if state.get("type") == "TemplateProcessing" and replaced & set(state.get("special_tokens", {})):
+        tokenizer.update_post_processor()
 
 
 @contextlib.contextmanager
