@@ -2,7 +2,7 @@
 backward, against the plain ``log_softmax(logits.float(), -1).gather(...)``.
 
     .venv/bin/python benchmarks/selective_logsoftmax_memory.py [--batch 4] [--length 512]
-        [--vocab 49152] [--dtype bfloat16 float32] [--repeats 3]
+        [--vocab 49152] [--dtype bfloat16 float32] [--repeats 3] [--sliced]
 
 Random logits ``[batch, length, vocab]`` in ``--dtype`` (a leaf that requires grad, as a model's output
 does) and random chosen ids; the log-probs summed and back-propagated to the logits. Each (dtype, way)
@@ -12,6 +12,11 @@ above the process's resident memory once the logits and their gradient's buffer 
 ``--repeats`` passes after one warm-up. The log-probs and gradients of the two ways are compared
 (largest difference printed). The last line is the headline: selective's peak as a share of plain's,
 per dtype.
+
+``--sliced`` scores ``logits[:, :-1]`` of ``[batch, length + 1, vocab]`` logits, as ``token_logprobs``
+does with a model's output (the last position predicts nothing): plain autograd on the slice, against
+``shifted_log_softmax`` (the whole logits, the last position's dummy score dropped), which
+``token_logprobs`` calls.
 """
 
 from __future__ import annotations
@@ -26,19 +31,24 @@ from process_memory import timed_passes
 WAYS = ("plain", "selective")
 
 
-def child(way: str, batch: int, length: int, vocab: int, dtype: str, repeats: int) -> dict[str, float]:
+def child(
+    way: str, batch: int, length: int, vocab: int, dtype: str, repeats: int, sliced: bool
+) -> dict[str, float]:
     import torch
 
-    from ragrl.llm.logprobs import selective_log_softmax
+    from ragrl.llm.logprobs import selective_log_softmax, shifted_log_softmax
 
     torch.manual_seed(0)
-    logits = torch.randn(batch, length, vocab, dtype=getattr(torch, dtype)).requires_grad_()
+    logits = torch.randn(batch, length + sliced, vocab, dtype=getattr(torch, dtype)).requires_grad_()
     index = torch.randint(0, vocab, (batch, length))
     logits.grad = torch.zeros_like(logits)  # the gradient's buffer exists before the baseline is read
 
     def score() -> torch.Tensor:
+        scored = logits[:, :-1] if sliced else logits
         if way == "plain":
-            return torch.log_softmax(logits.float(), -1).gather(-1, index[..., None]).squeeze(-1)
+            return torch.log_softmax(scored.float(), -1).gather(-1, index[..., None]).squeeze(-1)
+        if sliced:  # what token_logprobs does with a model's output
+            return shifted_log_softmax(logits, index)
         return selective_log_softmax(logits, index)
 
     def one_pass() -> None:
@@ -62,17 +72,19 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=49152)
     ap.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sliced", action="store_true", help="score logits[:, :-1], as token_logprobs does")
     ap.add_argument("--child", nargs=2, metavar=("WAY", "DTYPE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         way, dtype = args.child
-        print(json.dumps(child(way, args.batch, args.length, args.vocab, dtype, args.repeats)))
+        print(json.dumps(child(way, args.batch, args.length, args.vocab, dtype, args.repeats, args.sliced)))
         return
 
     import torch
 
     print(
-        f"logits [{args.batch}, {args.length}, {args.vocab}], forward + backward; torch {torch.__version__}, "
+        f"logits [{args.batch}, {args.length}, {args.vocab}]{' (a slice)' if args.sliced else ''}, "
+        f"forward + backward; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
     )
     ratios = []
@@ -81,7 +93,7 @@ def main() -> None:
         for way in WAYS:
             command = [sys.executable, __file__, "--child", way, dtype]
             command += ["--batch", str(args.batch), "--length", str(args.length), "--vocab", str(args.vocab)]
-            command += ["--repeats", str(args.repeats)]
+            command += ["--repeats", str(args.repeats)] + ["--sliced"] * args.sliced
             done = subprocess.run(command, capture_output=True, text=True, check=True)
             rows[way] = json.loads(done.stdout.strip().splitlines()[-1])
         plain, sel = rows["plain"], rows["selective"]

@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ragrl.llm import logprobs as lp_mod
-from ragrl.llm.logprobs import pad_batch, selective_log_softmax, token_logprobs
+from ragrl.llm.logprobs import entropy_from_logits, pad_batch, selective_log_softmax, token_logprobs
 
 VOCAB = 97
 
@@ -127,6 +127,61 @@ def test_selective_log_softmax_values_and_grads(temperature: float, monkeypatch:
     (ref * weights).sum().backward()
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
     torch.testing.assert_close(grad_ours, logits.grad, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_a_slice_of_the_logits_is_scored_where_it_lies(temperature: float, monkeypatch) -> None:  # noqa: ANN001
+    """``token_logprobs`` scores ``logits[:, :-1]``: chunks are views of it (no copy of the logits, in
+    the forward, the backward or the entropy) and the values and gradients are plain autograd's."""
+    monkeypatch.setattr(lp_mod, "_CHUNK_ELEMENTS", 3 * 50)  # chunks of at most 3 rows
+    torch.manual_seed(5)
+    full = (3 * torch.randn(3, 8, 50)).requires_grad_()
+    logits = full[:, :-1]  # rows not one block in memory
+    assert not logits.is_contiguous()
+    chunks = list(lp_mod._row_chunks(logits.detach()))
+    # each sequence's 7 rows in chunks of 3: rows 0-6, 7-13, 14-20 of the flattened [21, 50]
+    assert [(first, c.shape[0]) for first, c in chunks] == [
+        (0, 3), (3, 3), (6, 1), (7, 3), (10, 3), (13, 1), (14, 3), (17, 3), (20, 1)
+    ]  # fmt: skip
+    base = full.untyped_storage().data_ptr()
+    assert all(c.untyped_storage().data_ptr() == base for _, c in chunks)  # views, not copies
+    index = torch.randint(0, 50, (3, 7))
+    weights = torch.randn(3, 7)
+    ours = selective_log_softmax(logits, index, temperature)
+    (ours * weights).sum().backward()
+    grad_ours = full.grad.clone()
+    full.grad = None
+    ref = torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_ours, full.grad, atol=1e-5, rtol=0)
+    assert not grad_ours[:, -1].any()  # the unscored last position gets no gradient
+    logp = torch.log_softmax(logits.detach() / temperature, -1)
+    torch.testing.assert_close(
+        entropy_from_logits(logits, temperature), -(logp.exp() * logp).sum(-1), atol=1e-5, rtol=0
+    )
+
+
+def test_shifted_log_softmax_scores_all_but_the_last_position() -> None:
+    """What ``token_logprobs`` calls on a model's output: the slice's values and gradients, the last
+    position's gradient exactly 0, and the gradient the logits' own shape (no slice in the graph)."""
+    torch.manual_seed(6)
+    logits = (3 * torch.randn(3, 8, 50)).requires_grad_()
+    targets = torch.randint(0, 50, (3, 7))
+    weights = torch.randn(3, 7)
+    ours = lp_mod.shifted_log_softmax(logits, targets, 0.8)
+    assert ours.shape == (3, 7)
+    scoring = ours.grad_fn.next_functions[0][0]  # under the output's own (small) slice
+    assert type(scoring).__name__.startswith("_SelectiveLogSoftmax")
+    assert scoring.next_functions[0][0].variable is logits  # the logits whole, not a slice of them
+    (ours * weights).sum().backward()
+    grad_ours = logits.grad.clone()
+    logits.grad = None
+    ref = torch.log_softmax(logits[:, :-1] / 0.8, -1).gather(-1, targets[..., None]).squeeze(-1)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_ours, logits.grad, atol=1e-5, rtol=0)
+    assert torch.equal(grad_ours[:, -1], torch.zeros(3, 50))
 
 
 def test_selective_log_softmax_gradcheck() -> None:

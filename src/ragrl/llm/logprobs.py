@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import torch
@@ -31,6 +31,7 @@ __all__ = [
     "pad_batch",
     "position_ids_from_mask",
     "selective_log_softmax",
+    "shifted_log_softmax",
     "token_logprobs",
 ]
 
@@ -79,27 +80,44 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def _row_chunks(logits: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(first row, [rows, V] chunk)`` over ``logits``' rows in order, each chunk at most
+    ``_CHUNK_ELEMENTS`` elements and a view, not a copy: the whole tensor's rows when they reshape
+    without one, else each sequence's. ``token_logprobs`` scores ``logits[:, a:b]`` of a model's output,
+    whose rows are not one block when B > 1; ``reshape`` would copy all of it (and the backward again)."""
+    vocab = logits.shape[-1]
+    blocks = [logits] if logits.dim() != 3 or logits.is_contiguous() else list(logits.unbind(0))
+    step = max(1, _CHUNK_ELEMENTS // max(1, vocab))
+    first = 0
+    for block in blocks:
+        rows = block.reshape(-1, vocab)
+        for i in range(0, rows.shape[0], step):
+            yield first + i, rows[i : i + step]
+        first += rows.shape[0]
+
+
 class _SelectiveLogSoftmax(torch.autograd.Function):
     """``log_softmax(logits / T).gather(-1, index)`` without a float32 copy of the full log-softmax.
 
-    Forward: a float32 log-softmax chunk by chunk (``_CHUNK_ELEMENTS`` at a time), the selected entries
-    gathered from each. Backward recomputes the softmax chunk by chunk:
+    Forward: a float32 log-softmax chunk by chunk (``_row_chunks``), the selected entries gathered from
+    each. Backward recomputes the softmax chunk by chunk:
     ``d/dlogits = g * (onehot(index) - softmax(logits / T)) / T``. Nothing vocabulary-sized is saved
-    beyond the logits themselves. The backward works in place on its float32 chunks, so it cannot itself
-    be differentiated (``once_differentiable``: a second-order gradient is refused, not wrong).
+    beyond the logits themselves, and a slice of them is read where it lies, not copied. The backward
+    works in place on its float32 chunks, so it cannot itself be differentiated
+    (``once_differentiable``: a second-order gradient is refused, not wrong).
     """
 
     @staticmethod
     def forward(ctx: Any, logits: torch.Tensor, index: torch.Tensor, temperature: float) -> torch.Tensor:
-        flat = logits.reshape(-1, logits.shape[-1])
-        idx = index.reshape(-1)
-        out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-        step = max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1]))
-        for i in range(0, flat.shape[0], step):
-            chunk = flat[i : i + step] if temperature == 1.0 else flat[i : i + step].float() / temperature
+        idx = index.reshape(-1, 1)
+        out = torch.empty(idx.shape[0], dtype=torch.float32, device=logits.device)
+        for i, chunk in _row_chunks(logits):
+            n = chunk.shape[0]
+            if temperature != 1.0:
+                chunk = chunk.float() / temperature
             # one float32 log-softmax of this chunk (one operation: faster than gather - logsumexp)
             logp = torch.log_softmax(chunk, dim=-1, dtype=torch.float32)
-            out[i : i + step] = logp.gather(-1, idx[i : i + step, None]).squeeze(-1)
+            out[i : i + n] = logp.gather(-1, idx[i : i + n]).squeeze(-1)
         ctx.save_for_backward(logits, index)
         ctx.temperature = temperature
         return out.reshape(index.shape)
@@ -109,21 +127,22 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         logits, index = ctx.saved_tensors
         t = ctx.temperature
-        flat = logits.reshape(-1, logits.shape[-1])
-        idx = index.reshape(-1)
-        g = grad_out.reshape(-1).float()
-        grad = torch.empty_like(flat)
-        step = max(1, _CHUNK_ELEMENTS // max(1, flat.shape[-1]))
-        for i in range(0, flat.shape[0], step):
-            chunk = flat[i : i + step] if t == 1.0 else flat[i : i + step].float() / t
-            gi = g[i : i + step, None]
+        idx = index.reshape(-1, 1)
+        g = grad_out.reshape(-1, 1).float()
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        flat_grad = grad.view(-1, logits.shape[-1])
+        for i, chunk in _row_chunks(logits):
+            n = chunk.shape[0]
+            if t != 1.0:
+                chunk = chunk.float() / t
+            gi = g[i : i + n]
             # in place on the float32 chunk the softmax returns: no new vocabulary-wide tensor per operation
             d = torch.softmax(chunk, dim=-1, dtype=torch.float32).mul_(-gi)
-            d.scatter_add_(-1, idx[i : i + step, None], gi)
+            d.scatter_add_(-1, idx[i : i + n], gi)
             if t != 1.0:
                 d.div_(t)
-            grad[i : i + step].copy_(d)
-        return grad.reshape(logits.shape), None, None
+            flat_grad[i : i + n].copy_(d)
+        return grad, None, None
 
 
 def selective_log_softmax(
@@ -258,13 +277,25 @@ def token_logprobs(
         use_cache=False,
         **kwargs,
     )
-    logits = out.logits[:, -n_keep:-1, :]
-    targets = input_ids[:, s:]
-    lp = selective_log_softmax(logits, targets, temperature)
+    logits = out.logits[:, -n_keep:, :]  # the whole output when the model took logits_to_keep
+    lp = shifted_log_softmax(logits, input_ids[:, s:], temperature)
     lp = torch.where(keep, lp, torch.zeros_like(lp))
     if not with_entropy:
         return lp
-    return lp, torch.where(keep, entropy_from_logits(logits, temperature), torch.zeros_like(lp))
+    entropy = entropy_from_logits(logits[:, :-1], temperature)
+    return lp, torch.where(keep, entropy, torch.zeros_like(lp))
+
+
+def shifted_log_softmax(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """``selective_log_softmax(logits[:, :-1], targets)`` for ``logits`` ``[B, n + 1, V]`` whose last
+    position predicts nothing (a model's output at positions s - 1 .. L - 1, ``targets`` the tokens at
+    s .. L - 1). The last position is scored against a dummy target and dropped after: its gradient is
+    0, and the gradient reaches ``logits`` whole, where the slice's would be copied into a zeroed buffer
+    of their size by autograd (``benchmarks/selective_logsoftmax_memory.py --sliced``)."""
+    dummy = targets.new_zeros(targets.shape[0], 1)
+    return selective_log_softmax(logits, torch.cat((targets, dummy), dim=1), temperature)[:, :-1]
 
 
 def _masked_logprobs(
@@ -322,11 +353,9 @@ def _masked_logprobs(
 def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``H(softmax(logits / T))`` over the last dimension, in float32, chunked over rows like the
     log-softmax so that a long batch never holds a second full-vocabulary float32 copy."""
-    flat = logits.detach().reshape(-1, logits.shape[-1])
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
-    rows = max(1, _CHUNK_ELEMENTS // max(flat.shape[1], 1))
-    for i in range(0, flat.shape[0], rows):
-        z = flat[i : i + rows].float() / temperature
-        logp = torch.log_softmax(z, dim=-1)
-        out[i : i + rows] = -(logp.exp() * logp).sum(-1)
+    logits = logits.detach()
+    out = torch.empty(logits.shape[:-1].numel(), dtype=torch.float32, device=logits.device)
+    for i, chunk in _row_chunks(logits):
+        logp = torch.log_softmax(chunk.float() / temperature, dim=-1)
+        out[i : i + chunk.shape[0]] = -(logp.exp() * logp).sum(-1)
     return out.reshape(logits.shape[:-1])
