@@ -65,6 +65,11 @@ def child(
     }
 
 
+def _ratio(ours: float, base: float) -> str:
+    """``ours / base`` as ``1.23×``; ``n/a`` where the base measured nothing (toy sizes)."""
+    return f"{ours / base:.2f}×" if base > 0 else "n/a"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
@@ -109,10 +114,8 @@ def main() -> None:
             f"  same values: log-prob sums {plain['logp_sum']:.4f} / {sel['logp_sum']:.4f}, "
             f"|grad| sums {plain['grad_sum_abs']:.4f} / {sel['grad_sum_abs']:.4f}"
         )
-        ratios.append(
-            f"{dtype} peak {sel['peak_above_mb'] / plain['peak_above_mb']:.2f}×, "
-            f"time {sel['seconds'] / plain['seconds']:.2f}×"
-        )
+        ratios.append(f"{dtype} peak {_ratio(sel['peak_above_mb'], plain['peak_above_mb'])}, "
+                      f"time {_ratio(sel['seconds'], plain['seconds'])}")  # fmt: skip
     print("selective / plain: " + "; ".join(ratios))
 
 
