@@ -15,7 +15,7 @@ import torch
 
 gguf = pytest.importorskip("gguf")
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -195,25 +195,59 @@ def test_the_special_tokens_are_the_ones_the_file_declares(tiny_gguf, tmp_path):
         use_declared_special_tokens(again, {"eos_token": 999}, path)
 
 
-def test_a_template_that_adds_a_replaced_token_adds_the_files_token(tiny_gguf, tmp_path):
+def _with_post_processor(tok: PreTrainedTokenizerFast, post) -> PreTrainedTokenizerFast:  # noqa: ANN001
+    tok = copy.deepcopy(tok)
+    tok.backend_tokenizer.post_processor = post
+    return tok
+
+
+def test_a_template_built_from_the_flags_is_built_again_with_the_files_tokens(tiny_gguf, tmp_path):
     """A file with ``add_bos_token``: setting bos alone left the post-processor prepending the misread one."""
     path, _, reference_tok = tiny_gguf
+    plain = reference_tok("Ostrand", add_special_tokens=False).input_ids
     misread = copy.deepcopy(reference_tok)
     misread.bos_token, misread.add_bos_token = "<|endoftext|>", True  # id 0; the file declares 1
-    assert misread("Ostrand").input_ids[0] == 0
+    assert misread("Ostrand").input_ids == [0, *plain]
     changed = use_declared_special_tokens(misread, {"bos_token": 1}, path)
     assert changed == {"bos_token": ["<|endoftext|>", "<|im_start|>"]}
-    ids = misread("Ostrand").input_ids
-    assert ids == [1, *reference_tok("Ostrand", add_special_tokens=False).input_ids]
+    assert misread("Ostrand").input_ids == [1, *plain]
     misread.save_pretrained(tmp_path / "tok")
-    assert AutoTokenizer.from_pretrained(tmp_path / "tok")("Ostrand").input_ids == ids
-    # a template without the replaced token is left as it was (no special tokens added)
-    plain = copy.deepcopy(reference_tok)
-    plain.eos_token = "<|im_start|>"
-    before = plain.backend_tokenizer.post_processor.__getstate__()
-    use_declared_special_tokens(plain, {"eos_token": 2}, path)
-    assert plain.backend_tokenizer.post_processor.__getstate__() == before
-    assert plain("Ostrand").input_ids == reference_tok("Ostrand", add_special_tokens=False).input_ids
+    assert AutoTokenizer.from_pretrained(tmp_path / "tok")("Ostrand").input_ids == [1, *plain]
+    # transformers 5.17's misreading: eos read as the (right) bos. A template adding bos keeps adding
+    # bos, not the file's eos (a swap by token name would have made it <|im_end|>)
+    both = copy.deepcopy(reference_tok)
+    both.eos_token, both.add_bos_token = "<|im_start|>", True
+    assert both("Ostrand").input_ids == [1, *plain]
+    use_declared_special_tokens(both, {"bos_token": 1, "eos_token": 2}, path)
+    assert both("Ostrand").input_ids == [1, *plain] and both.eos_token == "<|im_end|>"
+
+
+def test_another_post_processor_gets_the_files_token_where_it_had_the_misread_one(tiny_gguf):
+    path, _, reference_tok = tiny_gguf
+    plain = reference_tok("Ostrand", add_special_tokens=False).input_ids
+    prefix = processors.TemplateProcessing(
+        single="<|endoftext|>:0 $A:0", pair="<|endoftext|>:0 $A:0 $B:1", special_tokens=[("<|endoftext|>", 0)]
+    )  # not what the flags (none set) build
+    for post in (prefix, processors.Sequence([processors.ByteLevel(trim_offsets=False), prefix])):
+        tok = _with_post_processor(reference_tok, post)
+        tok.bos_token, tok.pad_token = "<|endoftext|>", None  # bos misread: the file declares 1
+        assert tok("Ostrand").input_ids == [0, *plain]
+        use_declared_special_tokens(tok, {"bos_token": 1}, path)
+        assert tok("Ostrand").input_ids == [1, *plain], type(post).__name__
+        state = json.loads(tok.backend_tokenizer.post_processor.__getstate__())
+        assert state["type"] == type(post).__name__  # the same processor, ByteLevel kept in the Sequence
+    # the misread token is still another special token (pad here): the template may mean that one
+    tok = _with_post_processor(reference_tok, prefix)
+    tok.bos_token = "<|endoftext|>"
+    use_declared_special_tokens(tok, {"bos_token": 1}, path)
+    assert tok.bos_token == "<|im_start|>" and tok("Ostrand").input_ids == [0, *plain]
+    # a template without a replaced token is left exactly as it was (the flags would build "$A" alone)
+    tok = _with_post_processor(reference_tok, prefix)
+    tok.eos_token = "<|im_start|>"
+    before = tok.backend_tokenizer.post_processor.__getstate__()
+    use_declared_special_tokens(tok, {"eos_token": 2}, path)
+    assert tok.backend_tokenizer.post_processor.__getstate__() == before
+    assert tok("Ostrand").input_ids == [0, *plain]
 
 
 def test_import_refuses_what_it_cannot_import(tiny_gguf, tmp_path):

@@ -158,7 +158,9 @@ def declared_special_tokens(path: Path) -> dict[str, int]:
 
 def use_declared_special_tokens(tokenizer: Any, declared: dict[str, int], path: Path) -> dict[str, list]:
     """Set each special token of ``tokenizer`` that differs from the one the file declares to the file's;
-    returns ``{name: [as transformers read it, as the file declares it]}`` for those it set."""
+    returns ``{name: [as transformers read it, as the file declares it]}`` for those it set. The
+    post-processor follows (``_follow_in_post_processor``)."""
+    from_flags = _built_from_flags(tokenizer)
     changed = {}
     for name, token_id in declared.items():
         if not 0 <= token_id < len(tokenizer):
@@ -171,22 +173,74 @@ def use_declared_special_tokens(tokenizer: Any, declared: dict[str, int], path: 
         if read != token:
             setattr(tokenizer, name, token)
             changed[name] = [read, token]
-    _rebuild_post_processor(tokenizer, {read for read, _ in changed.values() if read is not None})
+    if changed:
+        _follow_in_post_processor(tokenizer, changed, declared, from_flags)
     return changed
 
 
-def _rebuild_post_processor(tokenizer: Any, replaced: set[str]) -> None:
-    """Setting ``bos_token`` / ``eos_token`` leaves the fast tokenizer's post-processor as it was read:
-    one that adds a replaced token (a file with ``add_bos_token``) would still add it. Such a template is
-    rebuilt from the tokens now set (transformers' ``update_post_processor``); any other post-processor
-    is left alone."""
-    backend = getattr(tokenizer, "_tokenizer", None)
-    post = getattr(backend, "post_processor", None)
-    if not replaced or post is None or not hasattr(tokenizer, "update_post_processor"):
-        return
-    state = json.loads(post.__getstate__())
-    if state.get("type") == "TemplateProcessing" and replaced & set(state.get("special_tokens", {})):
+def _post_processor_state(tokenizer: Any) -> dict[str, Any] | None:
+    post = getattr(getattr(tokenizer, "_tokenizer", None), "post_processor", None)
+    return None if post is None else json.loads(post.__getstate__())
+
+
+def _built_from_flags(tokenizer: Any) -> bool:
+    """Whether the post-processor is the template transformers builds from the tokenizer's
+    ``add_bos_token`` / ``add_eos_token`` flags and its bos and eos (``update_post_processor``), as it
+    builds a GGUF file's from the file's flags. Asked by building it and putting the old one back."""
+    state = _post_processor_state(tokenizer)
+    if state is None or not hasattr(tokenizer, "update_post_processor"):
+        return False
+    for flag, token in (("add_bos_token", "bos_token"), ("add_eos_token", "eos_token")):
+        if getattr(tokenizer, flag, False) and getattr(tokenizer, token) is None:
+            return False  # update_post_processor would clear the flag: not asked
+    backend = tokenizer._tokenizer
+    post = backend.post_processor
+    tokenizer.update_post_processor()
+    built = _post_processor_state(tokenizer)
+    backend.post_processor = post
+    return built == state
+
+
+def _follow_in_post_processor(
+    tokenizer: Any, changed: dict[str, list], declared: dict[str, int], from_flags: bool
+) -> None:
+    """Setting ``bos_token`` / ``eos_token`` leaves the fast tokenizer's post-processor as it was read: a
+    template that adds a replaced token (a file with ``add_bos_token``) would still add it.
+
+    A template built from the flags (a GGUF file's) is built again from them with the file's tokens.
+    In any other post-processor, each ``TemplateProcessing`` (a ``Sequence``'s included) gets the file's
+    token and id where it had one transformers read, unless that token is still one of the tokenizer's
+    special tokens (then the template may mean that one, and is left as it is). Nothing else changes."""
+    if from_flags:
         tokenizer.update_post_processor()
+        return
+    state = _post_processor_state(tokenizer)
+    still = {getattr(tokenizer, name) for name in SPECIAL_TOKEN_KEYS}
+    swaps = {read: (token, declared[name]) for name, (read, token) in changed.items() if read not in still}
+    if state is not None and _swap_template_tokens(state, swaps):
+        post = tokenizer._tokenizer.post_processor
+        post.__setstate__(json.dumps(state).encode())  # the processor from its JSON (pickle's way)
+        tokenizer._tokenizer.post_processor = post
+
+
+def _swap_template_tokens(state: dict[str, Any], swaps: dict[str, tuple[str, int]]) -> bool:
+    """Replace each token of ``swaps`` (read -> (declared, its id)) in a post-processor's JSON, in place,
+    recursing into a ``Sequence``; whether anything was replaced."""
+    if state.get("type") == "Sequence":
+        return any([_swap_template_tokens(sub, swaps) for sub in state.get("processors", [])])
+    if state.get("type") != "TemplateProcessing":
+        return False
+    specials = state.get("special_tokens", {})
+    found = [read for read in swaps if read in specials]
+    for read in found:
+        token, token_id = swaps[read]
+        del specials[read]
+        specials[token] = {"id": token, "ids": [token_id], "tokens": [token]}
+        for key in ("single", "pair"):
+            for piece in state.get(key, []):
+                if piece.get("SpecialToken", {}).get("id") == read:
+                    piece["SpecialToken"]["id"] = token
+    return bool(found)
 
 
 @contextlib.contextmanager
