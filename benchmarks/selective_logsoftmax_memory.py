@@ -88,7 +88,8 @@ def main() -> None:
     import torch
 
     print(
-        f"logits [{args.batch}, {args.length}, {args.vocab}]{' (a slice)' if args.sliced else ''}, "
+        f"logits [{args.batch}, {args.length + args.sliced}, {args.vocab}]"
+        f"{f' (the first {args.length} positions scored)' if args.sliced else ''}, "
         f"forward + backward; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
     )

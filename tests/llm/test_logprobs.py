@@ -251,6 +251,34 @@ def test_token_logprobs_with_grad_matches_plain_autograd(model: LlamaForCausalLM
     model.zero_grad()
 
 
+@pytest.mark.parametrize("logits_to_keep", [True, False])
+def test_token_logprobs_scores_the_models_logits_whole(
+    model: LlamaForCausalLM, logits_to_keep: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No slice between the model's logits and the scoring when the model returned just the positions
+    scored (a slice's backward zero-fills a tensor their size); a model that returned every position
+    gets a slice, read in place. The values are the same either way."""
+    monkeypatch.setattr(lp_mod, "accepts_logits_to_keep", lambda _model: logits_to_keep)
+    seen = []
+    apply = lp_mod._SelectiveLogSoftmax.apply
+    monkeypatch.setattr(
+        lp_mod._SelectiveLogSoftmax,
+        "apply",
+        lambda logits, *a: seen.append(logits.grad_fn) or apply(logits, *a),
+    )
+    ids, mask = pad_batch(SEQS, 0, "right")
+    out, entropy = token_logprobs(model, ids, mask, start=3, temperature=0.8, with_entropy=True)
+    assert ("Slice" in type(seen[0]).__name__) is not logits_to_keep
+    logits = model(
+        input_ids=ids, attention_mask=mask, position_ids=lp_mod.position_ids_from_mask(mask)
+    ).logits
+    logp = torch.log_softmax(logits[:, 2:-1].float() / 0.8, -1)
+    ref = logp.gather(-1, ids[:, 3:, None]).squeeze(-1)
+    torch.testing.assert_close(out, torch.where(mask[:, 3:].bool(), ref, 0.0), atol=1e-5, rtol=0)
+    ref_entropy = -(logp.exp() * logp).sum(-1)
+    torch.testing.assert_close(entropy, torch.where(mask[:, 3:].bool(), ref_entropy, 0.0), atol=1e-5, rtol=0)
+
+
 def _tiny_llama(tied: bool) -> LlamaForCausalLM:
     torch.manual_seed(3)
     cfg = LlamaConfig(

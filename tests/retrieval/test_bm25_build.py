@@ -150,7 +150,7 @@ def test_a_saved_index_links_the_built_score_files(tmp_path, monkeypatch):
     loaded = BM25Retriever.load(tmp_path / "index")
     # plain views of the mappings: slicing an np.memmap runs Python code for every query term
     for model in (retriever._model, loaded._model):
-        assert all(type(model.scores[key]) is np.ndarray for key in ("data", "indices"))
+        assert all(type(model.scores[key]) is np.ndarray for key in ("data", "indices", "indptr"))
     loaded_indices = backing_file(loaded._model.scores["indices"])
     assert loaded_indices == tmp_path / "index" / "bm25s" / "indices.csc.index.npy"
     queries = [" ".join(p.text.split()[:6]) for p in PASSAGES[::500]]

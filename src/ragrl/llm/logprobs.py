@@ -82,9 +82,9 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def _row_chunks(logits: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
     """``(first row, [rows, V] chunk)`` over ``logits``' rows in order, each chunk at most
-    ``_CHUNK_ELEMENTS`` elements and a view, not a copy: the whole tensor's rows when they reshape
-    without one, else each sequence's. ``token_logprobs`` scores ``logits[:, a:b]`` of a model's output,
-    whose rows are not one block when B > 1; ``reshape`` would copy all of it (and the backward again)."""
+    ``_CHUNK_ELEMENTS`` elements: the whole tensor's rows when it is contiguous, else each sequence's of
+    a 3-D tensor, so that a slice ``logits[:, a:b]`` (rows not one block when B > 1) is read as views,
+    where ``reshape`` would copy all of it (and the backward again). Other layouts are reshaped."""
     vocab = logits.shape[-1]
     blocks = [logits] if logits.dim() != 3 or logits.is_contiguous() else list(logits.unbind(0))
     step = max(1, _CHUNK_ELEMENTS // max(1, vocab))
@@ -277,12 +277,14 @@ def token_logprobs(
         use_cache=False,
         **kwargs,
     )
-    logits = out.logits[:, -n_keep:, :]  # the whole output when the model took logits_to_keep
+    logits = out.logits
+    if logits.shape[1] != n_keep:  # a model without logits_to_keep (a slice, even a whole one, is a
+        logits = logits[:, -n_keep:, :]  # node in the graph whose backward zero-fills their size)
     lp = shifted_log_softmax(logits, input_ids[:, s:], temperature)
     lp = torch.where(keep, lp, torch.zeros_like(lp))
     if not with_entropy:
         return lp
-    entropy = entropy_from_logits(logits[:, :-1], temperature)
+    entropy = entropy_from_logits(logits, temperature)[:, :-1]
     return lp, torch.where(keep, entropy, torch.zeros_like(lp))
 
 

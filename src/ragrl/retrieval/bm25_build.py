@@ -166,8 +166,9 @@ def remember_file(array: np.ndarray, path: str | Path) -> np.ndarray:
 def plain_view(array: np.ndarray) -> np.ndarray:
     """``array`` as a plain ``ndarray`` over the same memory. A search slices the score arrays once for
     each query term, and every slice of an ``np.memmap`` runs its Python ``__getitem__`` and
-    ``__array_finalize__``: 25% of a BM25 search's time over the 6,119-passage sample
-    (benchmarks/retrieval_throughput.py). The view keeps the mapping alive through ``.base``."""
+    ``__array_finalize__``: with plain views a search of the 6,119-passage sample takes 16-20% less
+    time (benchmarks/retrieval_throughput.py, docs/performance.md). The view keeps the mapping alive
+    through ``.base``."""
     return array.view(np.ndarray) if isinstance(array, np.memmap) else array
 
 
