@@ -112,21 +112,32 @@ def test_model_without_logits_to_keep(model: LlamaForCausalLM) -> None:
     torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
+def _matches_plain_autograd(leaf: torch.Tensor, ours, plain, weights: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """``ours()`` and ``plain()`` (log-probs from ``leaf``) agree in value and in the gradient of their
+    ``weights``-weighted sum at ``leaf``; returns ours's gradient."""
+    scored = ours()
+    (scored * weights).sum().backward()
+    grad = leaf.grad.clone()
+    leaf.grad = None
+    reference = plain()
+    (reference * weights).sum().backward()
+    torch.testing.assert_close(scored, reference, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad, leaf.grad, atol=1e-5, rtol=0)
+    return grad
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_selective_log_softmax_values_and_grads(temperature: float, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lp_mod, "_CHUNK_ELEMENTS", 3 * 50)  # force several chunks
     torch.manual_seed(1)
     logits = (3 * torch.randn(2, 7, 50)).requires_grad_()
     index = torch.randint(0, 50, (2, 7))
-    weights = torch.randn(2, 7)
-    ours = selective_log_softmax(logits, index, temperature)
-    (ours * weights).sum().backward()
-    grad_ours = logits.grad.clone()
-    logits.grad = None
-    ref = torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1)
-    (ref * weights).sum().backward()
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
-    torch.testing.assert_close(grad_ours, logits.grad, atol=1e-5, rtol=0)
+    _matches_plain_autograd(
+        logits,
+        lambda: selective_log_softmax(logits, index, temperature),
+        lambda: torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1),
+        torch.randn(2, 7),
+    )
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
@@ -146,15 +157,12 @@ def test_a_slice_of_the_logits_is_scored_where_it_lies(temperature: float, monke
     base = full.untyped_storage().data_ptr()
     assert all(c.untyped_storage().data_ptr() == base for _, c in chunks)  # views, not copies
     index = torch.randint(0, 50, (3, 7))
-    weights = torch.randn(3, 7)
-    ours = selective_log_softmax(logits, index, temperature)
-    (ours * weights).sum().backward()
-    grad_ours = full.grad.clone()
-    full.grad = None
-    ref = torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1)
-    (ref * weights).sum().backward()
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
-    torch.testing.assert_close(grad_ours, full.grad, atol=1e-5, rtol=0)
+    grad_ours = _matches_plain_autograd(
+        full,
+        lambda: selective_log_softmax(logits, index, temperature),
+        lambda: torch.log_softmax(logits / temperature, -1).gather(-1, index[..., None]).squeeze(-1),
+        torch.randn(3, 7),
+    )
     assert not grad_ours[:, -1].any()  # the unscored last position gets no gradient
     logp = torch.log_softmax(logits.detach() / temperature, -1)
     torch.testing.assert_close(
@@ -174,13 +182,12 @@ def test_shifted_log_softmax_scores_all_but_the_last_position() -> None:
     scoring = ours.grad_fn.next_functions[0][0]  # under the output's own (small) slice
     assert type(scoring).__name__.startswith("_SelectiveLogSoftmax")
     assert scoring.next_functions[0][0].variable is logits  # the logits whole, not a slice of them
-    (ours * weights).sum().backward()
-    grad_ours = logits.grad.clone()
-    logits.grad = None
-    ref = torch.log_softmax(logits[:, :-1] / 0.8, -1).gather(-1, targets[..., None]).squeeze(-1)
-    (ref * weights).sum().backward()
-    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
-    torch.testing.assert_close(grad_ours, logits.grad, atol=1e-5, rtol=0)
+    grad_ours = _matches_plain_autograd(
+        logits,
+        lambda: lp_mod.shifted_log_softmax(logits, targets, 0.8),
+        lambda: torch.log_softmax(logits[:, :-1] / 0.8, -1).gather(-1, targets[..., None]).squeeze(-1),
+        weights,
+    )
     assert torch.equal(grad_ours[:, -1], torch.zeros(3, 50))
 
 
