@@ -241,6 +241,12 @@ def test_another_post_processor_gets_the_files_token_where_it_had_the_misread_on
     tok.bos_token = "<|endoftext|>"
     use_declared_special_tokens(tok, {"bos_token": 1}, path)
     assert tok.bos_token == "<|im_start|>" and tok("Ostrand").input_ids == [0, *plain]
+    # one token read for two (bos and eos), the file declaring two others: which the template adds is unknown
+    tok = _with_post_processor(reference_tok, prefix)
+    tok.bos_token, tok.eos_token, tok.pad_token = "<|endoftext|>", "<|endoftext|>", None
+    use_declared_special_tokens(tok, {"bos_token": 1, "eos_token": 2}, path)
+    assert (tok.bos_token, tok.eos_token) == ("<|im_start|>", "<|im_end|>")
+    assert tok("Ostrand").input_ids == [0, *plain]
     # a template without a replaced token is left exactly as it was (the flags would build "$A" alone)
     tok = _with_post_processor(reference_tok, prefix)
     tok.eos_token = "<|im_start|>"

@@ -195,9 +195,13 @@ def _built_from_flags(tokenizer: Any) -> bool:
             return False  # update_post_processor would clear the flag: not asked
     backend = tokenizer._tokenizer
     post = backend.post_processor
-    tokenizer.update_post_processor()
-    built = _post_processor_state(tokenizer)
-    backend.post_processor = post
+    try:
+        tokenizer.update_post_processor()
+        built = _post_processor_state(tokenizer)
+    except Exception:  # a template it cannot build (transformers 4.x raises on some): not built from them
+        return False
+    finally:
+        backend.post_processor = post
     return built == state
 
 
@@ -210,13 +214,19 @@ def _follow_in_post_processor(
     A template built from the flags (a GGUF file's) is built again from them with the file's tokens.
     In any other post-processor, each ``TemplateProcessing`` (a ``Sequence``'s included) gets the file's
     token and id where it had one transformers read, unless that token is still one of the tokenizer's
-    special tokens (then the template may mean that one, and is left as it is). Nothing else changes."""
+    special tokens or was read for two of them (then which one the template means is unknown, and it is
+    left as it is). Nothing else changes."""
     if from_flags:
         tokenizer.update_post_processor()
         return
     state = _post_processor_state(tokenizer)
     still = {getattr(tokenizer, name) for name in SPECIAL_TOKEN_KEYS}
-    swaps = {read: (token, declared[name]) for name, (read, token) in changed.items() if read not in still}
+    reads = [read for read, _ in changed.values()]
+    swaps = {
+        read: (token, declared[name])
+        for name, (read, token) in changed.items()
+        if read not in still and reads.count(read) == 1  # one read as two: which one is meant is unknown
+    }
     if state is not None and _swap_template_tokens(state, swaps):
         post = tokenizer._tokenizer.post_processor
         post.__setstate__(json.dumps(state).encode())  # the processor from its JSON (pickle's way)

@@ -259,7 +259,7 @@ class BM25Retriever:
             model.scores[key] = plain_view(array)
             if whole:
                 remember_file(model.scores[key], path)
-        model.scores["indptr"] = plain_view(model.scores["indptr"])  # read twice a query term as well
+        model.scores["indptr"] = plain_view(model.scores["indptr"])  # indexed twice a query as well
         passages = load_corpus(d, manifest.get("num_passages"))
         n_docs = int(model.scores["num_docs"])
         if n_docs != len(passages):
