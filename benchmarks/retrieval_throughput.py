@@ -8,7 +8,9 @@ to end (query strings in, top-k out: tokenization included),
 interleaved, after a warm-up, best of N. rank_bm25 scores every document in Python per query, so it
 runs on a subset (``--rank-bm25-queries``) and is compared per query. The last line printed is the
 ragrl / raw bm25s throughput ratio; with ``--compare-threads N``, the ratio of ragrl's throughput
-with ``n_threads=N`` to ``--n-threads``'s, both timed interleaved on the same index.
+with ``n_threads=N`` to ``--n-threads``'s, both timed interleaved on the same index; with
+``--loaded``, the ratio of an index saved and loaded back (``BM25Retriever.load``: score arrays mapped
+from its files) to the built one (in memory), same queries, interleaved, same hits checked.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +55,10 @@ def main() -> None:
     ap.add_argument(
         "--compare-threads", type=int, default=0, metavar="N",
         help="also time ragrl's BM25 with n_threads=N against --n-threads, interleaved (ratio printed last)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--loaded", action="store_true",
+        help="also time the index saved and loaded back (mapped) against the built one (ratio printed last)",
     )  # fmt: skip
     args = ap.parse_args()
     if args.compare_threads and max(args.compare_threads, 1) == max(args.n_threads, 1):
@@ -153,6 +160,31 @@ def main() -> None:
         print(f"ragrl bm25, n_threads={base}: {qps[base]:10,.0f} queries/s")
         print(f"ragrl bm25, n_threads={threads}: {qps[threads]:10,.0f} queries/s")
         print(f"n_threads={threads} / n_threads={base} throughput ratio: {qps[threads] / qps[base]:.2f}")
+        ragrl.n_threads = base
+    if args.loaded:
+        time_loaded(ragrl, questions, k, args.repeats)
+
+
+def time_loaded(built: BM25Retriever, questions: list[str], k: int, repeats: int) -> None:
+    """The built index against itself saved and loaded back (its score arrays mapped from the files,
+    the page cache warm after the warm-up), interleaved best of ``repeats``; same hits checked."""
+    with tempfile.TemporaryDirectory(prefix="ragrl-bm25-") as tmp:
+        built.save(tmp)
+        loaded = BM25Retriever.load(tmp, n_threads=built.n_threads)
+        hits = [[(h.passage.id, h.score) for h in row] for row in built.search(questions, k)]
+        assert hits == [[(h.passage.id, h.score) for h in row] for row in loaded.search(questions, k)]
+        times: dict[str, list[float]] = {"built": [], "loaded": []}
+        for _ in range(repeats):
+            times["built"].append(best_of(lambda: built.search(questions, k), 1))
+            times["loaded"].append(best_of(lambda: loaded.search(questions, k), 1))
+        del loaded  # its mappings close before the directory goes
+    qps = {name: len(questions) / min(t) for name, t in times.items()}
+    n_hits = sum(len(row) for row in hits)  # a loaded index reads each hit's passage from its file
+    extra = (min(times["loaded"]) - min(times["built"])) / max(n_hits, 1)
+    print(f"ragrl bm25, built (in memory): {qps['built']:10,.0f} queries/s")
+    print(f"ragrl bm25, loaded (mapped):   {qps['loaded']:10,.0f} queries/s  (same hits)")
+    print(f"loaded: {extra * 1e6:.1f} us more for each of the {n_hits:,} hits (its passage read on demand)")
+    print(f"loaded / built throughput ratio: {qps['loaded'] / qps['built']:.2f}")
 
 
 if __name__ == "__main__":

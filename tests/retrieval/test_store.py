@@ -34,6 +34,8 @@ def test_written_passages_read_back_by_position_slice_and_iteration(tmp_path):
     assert first == {"id": "p1", "contents": "Thaesukren\nThaesukren was directed by Olvana Brisk in 1931."}
     offsets = np.load(tmp_path / OFFSETS_NAME)
     assert offsets[0] == 0 and offsets[-1] == (tmp_path / CORPUS_NAME).stat().st_size and len(offsets) == 5
+    # read through a plain view of the mapped file (each index of an np.memmap runs Python code)
+    assert type(store._offsets) is np.ndarray and isinstance(store._offsets.base, np.memmap)
 
 
 def test_an_index_written_before_the_offsets_existed_opens_and_gets_them(tmp_path):

@@ -42,11 +42,10 @@ from ragrl.retrieval.bm25_build import (
     CHUNK,
     build_in_chunks,
     load_bm25s,
-    plain_view,
     remember_file,
     save_model,
 )
-from ragrl.retrieval.store import own_copy
+from ragrl.retrieval.store import own_copy, plain_view
 
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
 _BM25S_DIR = "bm25s"

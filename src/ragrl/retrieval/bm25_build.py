@@ -40,6 +40,7 @@ import numpy as np
 
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
+from ragrl.retrieval.store import plain_view
 
 if TYPE_CHECKING:
     import bm25s
@@ -162,14 +163,6 @@ def remember_file(array: np.ndarray, path: str | Path) -> np.ndarray:
     weakref.finalize(array, _FILES.pop, id(array), None)
     return array
 
-
-def plain_view(array: np.ndarray) -> np.ndarray:
-    """``array`` as a plain ``ndarray`` over the same memory. A search slices the score arrays once for
-    each query term, and every slice of an ``np.memmap`` runs its Python ``__getitem__`` and
-    ``__array_finalize__``: with plain views a search of the 6,119-passage sample takes 16-20% less
-    time (benchmarks/retrieval_throughput.py, docs/performance.md). The view keeps the mapping alive
-    through ``.base``."""
-    return array.view(np.ndarray) if isinstance(array, np.memmap) else array
 
 
 def backing_file(array: np.ndarray) -> Path | None:
