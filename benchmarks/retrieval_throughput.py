@@ -177,7 +177,6 @@ def time_loaded(built: BM25Retriever, questions: list[str], k: int, repeats: int
         for _ in range(repeats):
             times["built"].append(best_of(lambda: built.search(questions, k), 1))
             times["loaded"].append(best_of(lambda: loaded.search(questions, k), 1))
-        del loaded  # its mappings close before the directory goes
     qps = {name: len(questions) / min(t) for name, t in times.items()}
     n_hits = sum(len(row) for row in hits)  # a loaded index reads each hit's passage from its file
     extra = (min(times["loaded"]) - min(times["built"])) / max(n_hits, 1)

@@ -164,7 +164,6 @@ def remember_file(array: np.ndarray, path: str | Path) -> np.ndarray:
     return array
 
 
-
 def backing_file(array: np.ndarray) -> Path | None:
     """The file ``array`` maps whole, if it was noted and that path still names the same file (an index
     rebuilt since, by rename, is another file: then None)."""
