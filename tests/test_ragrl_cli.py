@@ -15,6 +15,20 @@ def test_version_and_help():
         assert command in out
 
 
+def test_the_command_line_starts_without_torch_and_lists_every_packaged_config():
+    # `ragrl --help` and the commands that do not train (data, index, search, serve, score) do not wait
+    # for torch (about 2 s of imports here); each command imports what it needs when it runs
+    heavy = "{'torch', 'transformers', 'ragrl.methods'}"
+    probe = f"import sys, ragrl.cli; print(sorted({heavy} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    # the help's list of configs, read from the methods' folder, is the one their import registers
+    from ragrl.commands import PACKAGED_CONFIGS
+    from ragrl.methods import available_methods
+
+    assert PACKAGED_CONFIGS == available_methods() and "search_r1-tiny" in PACKAGED_CONFIGS
+
+
 def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
     bad = tmp_path / "preds.jsonl"
     bad.write_text('{"id": "1", "prediction": "x"}\n{oops\n')

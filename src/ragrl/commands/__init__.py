@@ -4,13 +4,17 @@ Commands are the top layer: they may use every package below, and nothing import
 ``ragrl.cli``.
 """
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ragrl.methods import available_methods
+PACKAGED_CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "methods" / "configs").glob("*.yaml"))
+"""The configs ``ragrl.methods`` ships (``ragrl.methods.available_methods()`` once it is imported), read
+from its folder: importing the methods imports torch, which ``ragrl --help`` and the commands that
+do not train (data, index, search, serve, score) need not wait for."""
 
-METHOD_CHOICES = f"a packaged config ({', '.join(available_methods())}) or a YAML path"
+METHOD_CHOICES = f"a packaged config ({', '.join(PACKAGED_CONFIGS)}) or a YAML path"
 """What a ``--method`` / ``CONFIG`` argument accepts, for help texts."""
 
 CONFIG_EPILOG = (

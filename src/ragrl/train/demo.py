@@ -36,7 +36,6 @@ from typing import Any
 
 from ragrl.console import console
 from ragrl.errors import RagrlError
-from ragrl.methods import load_method, vocabulary_texts
 from ragrl.synth.world import DEFAULT_SPLIT_MODE
 
 DEMO_CONFIG = "search_r1-tiny"
@@ -182,6 +181,7 @@ def run_demo(
     from ragrl.data.io import read_corpus, read_examples
     from ragrl.eval.runner import evaluate
     from ragrl.llm.tiny import CopyPretraining, create_tiny_policy
+    from ragrl.methods import load_method, vocabulary_texts
     from ragrl.retrieval.bm25 import BM25Retriever
     from ragrl.retrieval.null import NullRetriever
     from ragrl.rollout.scripted import DemonstratorBackend
@@ -342,6 +342,7 @@ def sft_control(out: str | Path, seconds: float, *, overrides: Sequence[str] = (
     from ragrl.console import quiet_libraries
     from ragrl.data.io import read_examples
     from ragrl.eval.runner import evaluate
+    from ragrl.methods import load_method
     from ragrl.retrieval.bm25 import BM25Retriever
     from ragrl.synth.demonstrators import QuotingOracle
     from ragrl.train.setup import load_policy, make_accelerator
