@@ -6,11 +6,11 @@ All three use the same tokens (bm25s tokenizer: lower-case, English stopwords, S
 ragrl and raw bm25s (its documented usage: ``bm25s.tokenize`` + ``BM25.retrieve``) are timed end
 to end (query strings in, top-k out: tokenization included),
 interleaved, after a warm-up, best of N. rank_bm25 scores every document in Python per query, so it
-runs on a subset (``--rank-bm25-queries``) and is compared per query. The last line printed is the
-ragrl / raw bm25s throughput ratio; with ``--compare-threads N``, the ratio of ragrl's throughput
-with ``n_threads=N`` to ``--n-threads``'s, both timed interleaved on the same index; with
-``--loaded``, the ratio of an index saved and loaded back (``BM25Retriever.load``: score arrays mapped
-from its files) to the built one (in memory), same queries, interleaved, same hits checked.
+runs on a subset (``--rank-bm25-queries``) and is compared per query. The ratios come last, in this
+order: ragrl / raw bm25s throughput; with ``--compare-threads N``, ragrl's throughput with
+``n_threads=N`` over ``--n-threads``'s, both timed interleaved on the same index; with ``--loaded``,
+an index saved and loaded back (``BM25Retriever.load``: score arrays mapped from its files, passages
+read from disk) over the built one (in memory), same queries, interleaved, same hits checked.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--n-threads", type=int, default=0, help="bm25s threads (same for ragrl and bm25s)")
     ap.add_argument(
         "--compare-threads", type=int, default=0, metavar="N",
-        help="also time ragrl's BM25 with n_threads=N against --n-threads, interleaved (ratio printed last)",
+        help="also time ragrl's BM25 with n_threads=N against --n-threads, interleaved (its ratio printed)",
     )  # fmt: skip
     ap.add_argument(
         "--loaded", action="store_true",
@@ -172,11 +172,13 @@ def time_loaded(built: BM25Retriever, questions: list[str], k: int, repeats: int
         built.save(tmp)
         loaded = BM25Retriever.load(tmp, n_threads=built.n_threads)
         hits = [[(h.passage.id, h.score) for h in row] for row in built.search(questions, k)]
-        assert hits == [[(h.passage.id, h.score) for h in row] for row in loaded.search(questions, k)]
+        if hits != [[(h.passage.id, h.score) for h in row] for row in loaded.search(questions, k)]:
+            sys.exit("the loaded index's hits differ from the built one's")
         times: dict[str, list[float]] = {"built": [], "loaded": []}
         for _ in range(repeats):
             times["built"].append(best_of(lambda: built.search(questions, k), 1))
             times["loaded"].append(best_of(lambda: loaded.search(questions, k), 1))
+        # the directory goes while `loaded` still maps its files: on Linux the mappings stay readable
     qps = {name: len(questions) / min(t) for name, t in times.items()}
     n_hits = sum(len(row) for row in hits)  # a loaded index reads each hit's passage from its file
     extra = (min(times["loaded"]) - min(times["built"])) / max(n_hits, 1)

@@ -4,15 +4,20 @@ Commands are the top layer: they may use every package below, and nothing import
 ``ragrl.cli``.
 """
 
-from pathlib import Path
+from importlib import resources
 from typing import Annotated
 
 import typer
 
-PACKAGED_CONFIGS = sorted(p.stem for p in (Path(__file__).parents[1] / "methods" / "configs").glob("*.yaml"))
+PACKAGED_CONFIGS = sorted(
+    p.name[: -len(".yaml")]
+    for p in resources.files("ragrl").joinpath("methods", "configs").iterdir()
+    if p.name.endswith(".yaml")
+)
 """The configs ``ragrl.methods`` ships (``ragrl.methods.available_methods()`` once it is imported), read
-from its folder: importing the methods imports torch, which ``ragrl --help`` and the commands that
-do not train (data, index, search, serve, score) need not wait for."""
+from its folder through the ``ragrl`` package (``files("ragrl.methods")`` would import the methods):
+importing them imports torch, which ``ragrl --help`` and the commands that do not train (data, score,
+a BM25 index's index / search / serve) need not wait for."""
 
 METHOD_CHOICES = f"a packaged config ({', '.join(PACKAGED_CONFIGS)}) or a YAML path"
 """What a ``--method`` / ``CONFIG`` argument accepts, for help texts."""
