@@ -29,12 +29,22 @@ print(sorted({"torch", "transformers", "sentence_transformers", "ragrl.methods"}
 
 
 def test_the_command_line_starts_without_torch_and_lists_every_packaged_config(tmp_path):
-    # `ragrl --help`, and a BM25 index built and searched, in one fresh process: none of them waits for
-    # torch (about 2 s of imports here); a command imports what it needs when it runs
+    # `ragrl --help`, a BM25 index built and searched, answers scored and a question file's statistics,
+    # in one fresh process: none of them waits for torch (about 2 s of imports here); a command imports
+    # what it needs when it runs
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "p1", "contents": "Kestrel Bay\\nKestrel Bay is a harbour town."}\n')
     index, hits = tmp_path / "index", tmp_path / "hits.jsonl"
-    runs = ["--help", f"index|{corpus}|--out|{index}", f"search|{index}|harbour town|--out|{hits}"]
+    gold, preds = tmp_path / "gold.jsonl", tmp_path / "preds.jsonl"
+    gold.write_text('{"id": "1", "question": "Where is the harbour?", "golden_answers": ["Kestrel Bay"]}\n')
+    preds.write_text('{"id": "1", "prediction": "Kestrel Bay"}\n')
+    runs = [
+        "--help",
+        f"index|{corpus}|--out|{index}",
+        f"search|{index}|harbour town|--out|{hits}",
+        f"score|{preds}|--gold|{gold}",
+        f"data|stats|{gold}",
+    ]
     done = subprocess.run([sys.executable, "-c", PROBE, *runs], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "[]" and "Kestrel Bay" in hits.read_text()

@@ -16,8 +16,8 @@ PACKAGED_CONFIGS = sorted(
 )
 """The configs ``ragrl.methods`` ships (``ragrl.methods.available_methods()`` once it is imported), read
 from its folder through the ``ragrl`` package (``files("ragrl.methods")`` would import the methods):
-importing them imports torch, which ``ragrl --help`` and the commands that do not train (data, score,
-a BM25 index's index / search / serve) need not wait for."""
+importing them imports torch, which ``ragrl --help`` and the commands that need no model (data,
+score, and index / search / serve on a BM25 index) need not wait for."""
 
 METHOD_CHOICES = f"a packaged config ({', '.join(PACKAGED_CONFIGS)}) or a YAML path"
 """What a ``--method`` / ``CONFIG`` argument accepts, for help texts."""

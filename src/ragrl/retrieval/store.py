@@ -40,7 +40,7 @@ def plain_view(array: np.ndarray) -> np.ndarray:
     """``array`` as a plain ``ndarray`` over the same memory. Every index or slice of an ``np.memmap``
     runs its Python ``__getitem__`` and ``__array_finalize__``. A search slices BM25's score arrays once
     for each query term (with views, a search of the 6,119-passage sample took 16-20% less time) and a
-    loaded index reads two offsets a hit (about 2% of a loaded index's search time, two alternated
+    loaded index reads two offsets a hit (the view made its search about 2% faster, two alternated
     runs; benchmarks/retrieval_throughput.py, docs/performance.md). The view keeps the mapping alive
     through ``.base``."""
     return array.view(np.ndarray) if isinstance(array, np.memmap) else array
