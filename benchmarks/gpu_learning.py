@@ -20,10 +20,10 @@ seeds' run folders, ``real.md`` and ``real.json``; the tables are printed last.
     python benchmarks/gpu_learning.py --toy --out runs/gpu-learning-toy   # CPU: the same path, minutes
 
 ``--toy`` runs the same path at toy scale on the CPU (the shipped reader base in the model's place, two
-SFT and two GRPO steps, 10 questions, three real questions a sample): what ``make gpu-check`` runs without a GPU
-and the test suite covers. The bar of the issue (docs/models.md, "A real model on one GPU"): GRPO adds
->= +10 points of held-out answerable EM over the warm start on the mean of the seeds and >= +3 on each;
-closed-book <= 0.10; no single answer over 30% (the top answer's share).
+SFT and two GRPO steps, 10 questions, three real questions a sample): what ``make gpu-check`` runs
+without a GPU and the test suite covers. The bar of the issue (docs/models.md, "A real model on one
+GPU"): GRPO adds >= +10 points of held-out answerable EM over the warm start on the mean of the seeds and
+>= +3 on each; closed-book <= 0.10; no single answer over 30% (the top answer's share).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ the model's place (nothing is expected to learn in two steps)."""
 
 def one_seed(args: argparse.Namespace) -> None:
     """The child process: one seed's demo run into ``args.out / seed-N``."""
-    from ragrl.train.demo import DEMO_SETTINGS, run_demo
+    from ragrl.train.demo import run_demo
 
     settings = [*INSTRUCT_SETTINGS, *(TOY_SETTINGS if args.toy else ())]
     run_demo(
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.out.mkdir(parents=True, exist_ok=True)
     if not (args.model / "config.json").is_file():
-        sys.exit(f"{args.model}: no model folder (make smollm2; with --toy, a reader base: ragrl model reader)")
+        sys.exit(f"{args.model}: no model folder (make smollm2; with --toy, a base: ragrl model reader)")
     args.tables = args.tables or args.out
     args.tables.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
