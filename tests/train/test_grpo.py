@@ -106,15 +106,18 @@ def test_watchdog_stops_on_nan_and_keeps_the_last_good_checkpoint(world_dir, tmp
         pytest.param(["train.grpo.whiten=token"], id="whitened", marks=pytest.mark.slow),
     ],
 )
-def test_two_processes_make_the_same_first_update_as_one(world_dir, tmp_path, extra):
+def test_two_processes_make_the_same_first_update_as_one(
+    world_dir, tmp_path, extra, one_process_first_update
+):
     """The same update from one and two processes; whitened, the mean and std are over both."""
     script = str(HERE / "grpo_run.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    one = tmp_path / "one" / "w.pt"
+    one = one_process_first_update if not extra else tmp_path / "one" / "w.pt"
     two = tmp_path / "two" / "w.pt"
-    for out in (one, two):
-        out.parent.mkdir()
-    subprocess.run([sys.executable, script, str(world_dir), str(one), "1", *extra], check=True, env=env)
+    two.parent.mkdir()
+    if extra:
+        one.parent.mkdir()
+        subprocess.run([sys.executable, script, str(world_dir), str(one), "1", *extra], check=True, env=env)
     launch = TWO_PROCESSES
     subprocess.run([*launch, script, str(world_dir), str(two), "1", *extra], check=True, env=env, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
