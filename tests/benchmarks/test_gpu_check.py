@@ -84,12 +84,19 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
             ("hotpotqa", "SFT warm start"), ("hotpotqa", "after GRPO"),
             ("2wiki", "SFT warm start"), ("2wiki", "after GRPO"),
         ]  # fmt: skip
+
+
+@pytest.mark.slow  # the default run checks make gpu-check's path (phases 1 and 2) above
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the toy path is the machine without a GPU's")
+def test_the_gpu_checks_third_phase_writes_the_shapes_tables_alone(tmp_path):
     # phase 3, the papers' shapes (here the toy shape again): its own tables, no profile
     out_3 = tmp_path / "out-3"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--phase", "3", "--out", str(out_3),
-         "--work", str(work)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+         "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {p.name for p in out_3.iterdir()} == {"shapes.md", "shapes.json"}
+    (row,) = json.loads((out_3 / "shapes.json").read_text())
+    assert row["shape"] == "toy" and row["ragrl"]["step_seconds"] > 0

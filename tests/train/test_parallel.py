@@ -48,9 +48,8 @@ test."""
 def engines(*names: str, default: str = "fsdp") -> list:
     """``names`` as test parameters: ``default`` in the default run, the others ``slow`` (CI runs them
     after the default suite: ``.ci/run``), so the default run stays under 10 minutes here. The default
-    run checks each behaviour under one engine, FSDP or ZeRO-3 (kill -9, LoRA's update and resume, and
-    SFT under none);
-    CI runs every test under every engine."""
+    run checks each behaviour under one engine, FSDP or ZeRO-3 (kill -9, the two-process resume, LoRA's
+    update and resume, and SFT under none); CI runs every test under every engine."""
     return [n if n == default else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
@@ -137,7 +136,9 @@ CHECKPOINT_SHARDS = {
 """Where each engine's checkpoint keeps the shards every process writes."""
 
 
-@pytest.mark.parametrize("engine", engines(*SHARDED))
+# three launches of two processes each (~35 s): every engine in CI (-m slow); the default run resumes one
+# process exactly (test_grpo.py) and exports FSDP's gathered model from one process (above)
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) for e in SHARDED])
 def test_sharded_on_two_processes_resumes_exactly_and_exports_the_gathered_model(world_dir, tmp_path, engine):
     script = str(HERE / "parallel_run.py")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -352,3 +353,19 @@ def test_stale_extension_build_locks_are_named(tmp_path, monkeypatch):
     assert stale_build_locks(max_age_s=7200) == []
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "absent"))
     assert stale_build_locks() == []
+
+
+def test_deepspeeds_cpu_op_is_built_ahead_and_found_where_torch_keeps_its_extensions():
+    """``make test`` builds DeepSpeed's CPU collectives op before the tests (``build_deepspeed_cpu_ops``):
+    here it is found built (a new machine builds it once, about 40 s), in torch's extensions folder."""
+    import os
+
+    from torch.utils.cpp_extension import get_default_build_root
+
+    from ragrl.train.parallel import build_deepspeed_cpu_ops
+
+    name = build_deepspeed_cpu_ops()
+    assert name == "deepspeed_shm_comm"
+    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    roots = [Path(given)] if given else list(Path(get_default_build_root()).glob("py*"))
+    assert any((root / name / f"{name}.so").is_file() for root in roots)

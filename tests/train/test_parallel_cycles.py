@@ -92,6 +92,7 @@ def test_cycles_on_two_processes_resume_exactly(world_dir, tmp_path, engine):
     assert a == b
 
 
+@pytest.mark.slow  # two processes for a refusal: CI runs it (.ci/run)
 def test_a_cycle_needs_an_equal_share_of_questions_for_every_process(world_dir, tmp_path):
     extra = ["train.cycles.questions_per_cycle=3", "train.steps=1"]
     command = [*TWO_PROCESSES, SCRIPT, str(world_dir), str(tmp_path), "straight", *extra]

@@ -3,6 +3,7 @@ trained from scratch)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -17,7 +18,15 @@ def vocabulary_texts() -> list[str]:
     corrective texts), each method protocol's built-in wording (``Protocol.fixed_texts``), and the
     phrases the synthetic world's demonstrators write (what a warm start on demonstrations teaches).
     The rest of a config (reward names, paths, labels) is not text the policy reads or writes: leaving
-    it out keeps the tokenizer, and so every tiny run, unchanged when such a setting changes."""
+    it out keeps the tokenizer, and so every tiny run, unchanged when such a setting changes.
+
+    The packaged configs are read once a process (about a second: every method is built); each call
+    returns a new list."""
+    return list(_vocabulary_texts())
+
+
+@cache
+def _vocabulary_texts() -> tuple[str, ...]:
     from ragrl.synth.demonstrators import demonstrator_texts
 
     texts: list[str] = []
@@ -35,4 +44,4 @@ def vocabulary_texts() -> list[str]:
     for name in available_methods():
         walk(OmegaConf.to_container(load_method_config(name)).get("protocol", {}))
         texts.extend(load_method(name).protocol.fixed_texts())
-    return [*texts, *demonstrator_texts()]
+    return (*texts, *demonstrator_texts())

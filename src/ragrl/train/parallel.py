@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from ragrl.config.train import TrainConfig
-from ragrl.console import console
+from ragrl.console import console, quiet_libraries
 from ragrl.errors import RagrlError
 
 
@@ -247,6 +247,25 @@ def stale_build_locks(max_age_s: float = STALE_LOCK_SECONDS) -> list[tuple[Path,
             if age > max_age_s:
                 found.append((lock, age))
     return found
+
+
+def build_deepspeed_cpu_ops() -> str | None:
+    """Build (or load, when built already) the op DeepSpeed JIT-builds at the first start of a run on the
+    CPU, its shared-memory collectives (``deepspeed_shm_comm``, the op ``deepspeed.comm`` loads when it
+    starts): about 40 s of two cores, once a machine, in torch's extensions folder. ``make test`` calls it
+    first, so no test's timeout or budget holds the build (and no killed test leaves its lock: see
+    ``stale_build_locks``). Returns the op's name, or None where this machine's DeepSpeed has no such op
+    or cannot build it (as DeepSpeed itself then runs without it)."""
+    quiet_libraries()  # DeepSpeed's accelerator warning
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return None
+    with contextlib.redirect_stdout(io.StringIO()):
+        builder.load(verbose=False)
+    return builder.NAME
 
 
 class DeepSpeedParallel(DataParallel):
