@@ -113,8 +113,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/lint-imports --no-cache  # the layers and no-circles contracts in pyproject.toml
 
-# DeepSpeed builds its CPU collectives op at the first start of a ZeRO run (about 40 s, once a machine):
-# built before the tests, so that no test's timeout or budget holds the build (docs/performance.md)
+# DeepSpeed builds its CPU collectives op at the first start of a ZeRO run (about 40 s, kept in torch's
+# extensions folder until a virtualenv at another path builds its own there): built before the tests,
+# so that no test's timeout or budget holds the build (docs/performance.md)
 DEEPSPEED_OPS := -c "from ragrl.train.parallel import build_deepspeed_cpu_ops as b; b()"
 
 test: lint

@@ -19,8 +19,8 @@ Each phase writes at most 8 files into ``--out`` (the device tool brings back 8)
 ``tests.log``, ``shapes.md`` / ``shapes.json``, ``profile.txt`` (phase 1); ``world.md``,
 ``world.json``, ``real.md``, ``learning.log``, ``import.log`` (phase 2); ``shapes.md`` /
 ``shapes.json`` (phase 3), each written as soon as it exists. Run folders stay in ``--work``. Without
-a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests are skipped: the test
-suite runs this path (``tests/benchmarks/test_gpu_check.py``).
+a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests are skipped: the default
+test suite runs phases 1 and 2, CI's slow tests phase 3 (``tests/benchmarks/test_gpu_check.py``).
 
 The first GPU run (2026-11-26, one H200) sized these phases: phase 1 took 2 minutes with the tests
 (44 s); phase 2 with 200 s of GRPO took 372 s of which ~170 s were the import, the warm start and the

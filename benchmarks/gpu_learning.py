@@ -281,7 +281,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
     (args.out / "real" / "eval").mkdir(parents=True, exist_ok=True)
     rounds = [samples] if args.toy else [[sample] for sample in samples]
-    env = share_of_share(dict(os.environ), 4 // len(rounds))
+    env = share_of_share(dict(os.environ), len(evals) // len(rounds))
     for together in rounds:
         rb.side_by_side([
             (["eval", "--method", "search_r1", "--model", str(policy), "--data", str(split[s][0]),
@@ -313,8 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--model", type=Path, default=None,
-        help="the model folder (default: models/smollm2-135m-instruct; with --toy, the shipped reader base "
-        "for the real-data part)",
+        help="the model folder (default: models/smollm2-135m-instruct; with --toy, the shipped reader base)",
     )  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("runs/gpu-learning"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -77,6 +77,9 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
         assert abs(right / sum(t["n"] for t in by_type.values()) - closed["em_answerable"]) < 1e-6
         assert summary["stopped"] == "time" and summary["steps"] == 1  # the GRPO budget ended the run
         assert set(summary["decode"]) == {"loop"}  # auto on a CPU; a GPU's says graph (or why not)
+        # a pretrained model's path, as SmolLM2's on a GPU: the shipped reader base, no copy steps
+        assert summary["base"] and summary["copy_steps"] == 0
+        assert "demo: the pretrained base" in (work / "learning" / f"seed-{seed}.log").read_text()
     assert "decoded by" in world[0] and "loop ×" in world[2] and "closed-book right, by type" in world[0]
     if SHARED.is_dir():  # warm start and GRPO on the real samples, both scored
         real = (out / "real.md").read_text().splitlines()[2:]

@@ -355,17 +355,17 @@ def test_stale_extension_build_locks_are_named(tmp_path, monkeypatch):
     assert stale_build_locks() == []
 
 
-def test_deepspeeds_cpu_op_is_built_ahead_and_found_where_torch_keeps_its_extensions():
-    """``make test`` builds DeepSpeed's CPU collectives op before the tests (``build_deepspeed_cpu_ops``):
-    here it is found built (a new machine builds it once, about 40 s), in torch's extensions folder."""
+@pytest.mark.skipif(torch.cuda.is_available(), reason="DeepSpeed's CUDA accelerator has no such op")
+def test_deepspeeds_cpu_op_is_built_into_torchs_extensions_folder():
+    """``make test`` builds DeepSpeed's CPU collectives op before the tests (``build_deepspeed_cpu_ops``;
+    here it loads, or a new machine builds it, about 40 s): the library loaded is torch's build of it."""
     import os
 
     from torch.utils.cpp_extension import get_default_build_root
 
     from ragrl.train.parallel import build_deepspeed_cpu_ops
 
-    name = build_deepspeed_cpu_ops()
-    assert name == "deepspeed_shm_comm"
-    given = os.environ.get("TORCH_EXTENSIONS_DIR")
-    roots = [Path(given)] if given else list(Path(get_default_build_root()).glob("py*"))
-    assert any((root / name / f"{name}.so").is_file() for root in roots)
+    built = build_deepspeed_cpu_ops()
+    assert built is not None and built.is_file() and built.name.startswith("deepspeed_shm_comm")
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    assert root in built.parents

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from ragrl.config import available_methods, load_method, load_method_config
+from ragrl.config import available_methods, files, load_method, load_method_config
 
 
 def vocabulary_texts() -> list[str]:
@@ -20,13 +20,16 @@ def vocabulary_texts() -> list[str]:
     The rest of a config (reward names, paths, labels) is not text the policy reads or writes: leaving
     it out keeps the tokenizer, and so every tiny run, unchanged when such a setting changes.
 
-    The packaged configs are read once a process (about a second: every method is built); each call
-    returns a new list."""
-    return list(_vocabulary_texts())
+    The configs are read once a process for each set of config folders and names (building every
+    method takes about a second; a folder registered later, or a config added to one, is read anew);
+    each call returns a new list."""
+    folders = tuple(str(folder) for folder in files.CONFIG_FOLDERS)  # read now: a test may replace it
+    return list(_vocabulary_texts(folders, tuple(available_methods())))
 
 
 @cache
-def _vocabulary_texts() -> tuple[str, ...]:
+def _vocabulary_texts(folders: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...]:
+    """``vocabulary_texts`` of the configs ``names`` (in ``folders``: the cache's key)."""
     from ragrl.synth.demonstrators import demonstrator_texts
 
     texts: list[str] = []
@@ -41,7 +44,7 @@ def _vocabulary_texts() -> tuple[str, ...]:
             for value in node:
                 walk(value)
 
-    for name in available_methods():
+    for name in names:
         walk(OmegaConf.to_container(load_method_config(name)).get("protocol", {}))
         texts.extend(load_method(name).protocol.fixed_texts())
     return (*texts, *demonstrator_texts())

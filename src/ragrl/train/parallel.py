@@ -249,23 +249,26 @@ def stale_build_locks(max_age_s: float = STALE_LOCK_SECONDS) -> list[tuple[Path,
     return found
 
 
-def build_deepspeed_cpu_ops() -> str | None:
+def build_deepspeed_cpu_ops() -> Path | None:
     """Build (or load, when built already) the op DeepSpeed JIT-builds at the first start of a run on the
-    CPU, its shared-memory collectives (``deepspeed_shm_comm``, the op ``deepspeed.comm`` loads when it
-    starts): about 40 s of two cores, once a machine, in torch's extensions folder. ``make test`` calls it
-    first, so no test's timeout or budget holds the build (and no killed test leaves its lock: see
-    ``stale_build_locks``). Returns the op's name, or None where this machine's DeepSpeed has no such op
-    or cannot build it (as DeepSpeed itself then runs without it)."""
+    CPU, its shared-memory collectives (``deepspeed_shm_comm``, which ``deepspeed.comm`` loads when it
+    starts, as here): about 40 s of two cores, once for each virtualenv, in torch's extensions folder.
+    ``make test`` calls it first, so that no test's timeout or budget holds the build (and no killed test
+    leaves its lock: see ``stale_build_locks``). Returns the built library's path; None where DeepSpeed
+    is not installed or has no such op for this machine's accelerator (a GPU's; an op marked
+    incompatible). A failed build raises, as it would at DeepSpeed's start."""
     quiet_libraries()  # DeepSpeed's accelerator warning
-    import deepspeed.ops
-    from deepspeed.accelerator import get_accelerator
-
+    try:
+        import deepspeed.ops
+        from deepspeed.accelerator import get_accelerator
+    except ImportError:  # the deepspeed extra is not installed: nothing to build
+        return None
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
         return None
     with contextlib.redirect_stdout(io.StringIO()):
-        builder.load(verbose=False)
-    return builder.NAME
+        module = builder.load(verbose=False)
+    return Path(module.__file__)
 
 
 class DeepSpeedParallel(DataParallel):
