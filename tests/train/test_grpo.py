@@ -112,12 +112,14 @@ def test_two_processes_make_the_same_first_update_as_one(
     """The same update from one and two processes; whitened, the mean and std are over both."""
     script = str(HERE / "grpo_run.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    one = one_process_first_update if not extra else tmp_path / "one" / "w.pt"
-    two = tmp_path / "two" / "w.pt"
-    two.parent.mkdir()
-    if extra:
+    if extra:  # a reference of its own
+        one = tmp_path / "one" / "w.pt"
         one.parent.mkdir()
         subprocess.run([sys.executable, script, str(world_dir), str(one), "1", *extra], check=True, env=env)
+    else:
+        one = one_process_first_update
+    two = tmp_path / "two" / "w.pt"
+    two.parent.mkdir()
     launch = TWO_PROCESSES
     subprocess.run([*launch, script, str(world_dir), str(two), "1", *extra], check=True, env=env, timeout=300)
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran

@@ -259,16 +259,12 @@ def build_deepspeed_cpu_ops() -> Path | None:
     incompatible). A failed build raises, as it would at DeepSpeed's start."""
     quiet_libraries()  # DeepSpeed's accelerator warning
     try:
-        import deepspeed.ops
-        from deepspeed.accelerator import get_accelerator
+        from deepspeed.comm.torch import build_shm_op  # what DeepSpeed's own start calls
     except ImportError:  # the deepspeed extra is not installed: nothing to build
         return None
-    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
-        return None
-    with contextlib.redirect_stdout(io.StringIO()):
-        module = builder.load(verbose=False)
-    return Path(module.__file__)
+    with contextlib.redirect_stdout(io.StringIO()):  # its bare print when the op loads
+        module = build_shm_op()
+    return None if module is None else Path(module.__file__)
 
 
 class DeepSpeedParallel(DataParallel):
