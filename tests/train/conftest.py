@@ -20,16 +20,37 @@ def toy_base(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def one_process_first_update(world_dir, tmp_path_factory):
-    """``grpo_run.py``'s first step on one process (its ``w.pt`` and ``sampler-0.json``), the reference of
-    every "two processes make the same first update" test (test_grpo.py, test_parallel.py): run once."""
-    import os
-    import subprocess
-    import sys
+def launched(world_dir, tmp_path_factory):
+    """``launched(MODE, *OVERRIDES, processes=2)``: the run folder of that ``parallel_run.py`` job on 1
+    or 2 processes. The first job of a group (``launch.GROUPS``: the default run's, the slow tests')
+    asked for launches the group's jobs at once, once a session; a job of no group launches alone
+    (tests/train/launch.py)."""
+    import importlib.util
+    import itertools
     from pathlib import Path
 
-    out = tmp_path_factory.mktemp("one-process") / "w.pt"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    script = str(Path(__file__).parent / "grpo_run.py")
-    subprocess.run([sys.executable, script, str(world_dir), str(out), "1"], check=True, env=env)
-    return out
+    spec = importlib.util.spec_from_file_location("launch", Path(__file__).parent / "launch.py")
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    root = tmp_path_factory.mktemp("launched")
+    folders: dict[tuple[int, tuple[str, ...]], Path] = {}
+    numbers = itertools.count()
+    failed: dict[tuple[int, tuple[str, ...]], str] = {}
+
+    def get(*job: str, processes: int = 2) -> Path:
+        key = (processes, job)
+        if key in failed:
+            pytest.fail(f"its launch failed: {failed[key]} (the first test that asked shows its output)")
+        if key not in folders:
+            group = next((g[processes] for g in launch.GROUPS if job in g[processes]), (job,))
+            jobs = [j for j in group if (processes, j) not in folders]
+            planned = {j: root / f"job-{next(numbers)}-{processes}-{j[0]}" for j in jobs}
+            try:
+                launch.launch(world_dir, [(folder, j) for j, folder in planned.items()], processes)
+            except Exception as e:
+                failed.update(dict.fromkeys(((processes, j) for j in jobs), repr(e)))
+                raise
+            folders.update(((processes, j), folder) for j, folder in planned.items())
+        return folders[key]
+
+    return get

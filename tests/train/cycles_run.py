@@ -56,10 +56,10 @@ def cycle_trainer(world: Path, run_dir: Path, *extra: str) -> CycleTrainer:
     return CycleTrainer(method, method.train, eval_examples=[])
 
 
-if __name__ == "__main__":
-    world, run_dir, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def cycles(world: Path, run_dir: Path, mode: str, *extra: str) -> None:
+    """The run (``straight``, ``first`` or ``resume``) on every process of a launch, and its records."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    trainer = cycle_trainer(world, run_dir, *sys.argv[4:])
+    trainer = cycle_trainer(world, run_dir, *extra)
     if mode == "first":
         trainer.train(until=1)
     else:
@@ -75,4 +75,8 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in weights.items()}, run_dir / "w.pt")
     trainer.acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    cycles(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], *sys.argv[4:])
     leave()

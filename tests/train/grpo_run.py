@@ -81,11 +81,11 @@ def leave() -> None:
     os._exit(0)
 
 
-if __name__ == "__main__":
-    world, out = Path(sys.argv[1]), Path(sys.argv[2])
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    method = small_method(world, out.parent / "run", *sys.argv[4:])
-    if os.environ.get("GRPO_RUN_REWARD") == "em":  # EM alone: most groups of an untrained policy are all 0
+def update(world: Path, out: Path, steps: int, *extra: str, em_only: bool = False) -> None:
+    """``steps`` GRPO steps (on every process of a launch): the weights to ``out`` from the main process,
+    ``sampler-<rank>.json`` beside it from each."""
+    method = small_method(world, out.parent / "run", *extra)
+    if em_only:  # EM alone: most groups of an untrained policy are all 0
         method.reward = build_reward([{"name": "em", "weight": 1.0}])
     trainer = GRPOTrainer(method, method.train, eval_examples=[])
     results = [trainer.step() for _ in range(steps)]
@@ -99,4 +99,10 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in state.items()}, out)
     trainer.acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    em_only = os.environ.get("GRPO_RUN_REWARD") == "em"
+    update(Path(sys.argv[1]), Path(sys.argv[2]), steps, *sys.argv[4:], em_only=em_only)
     leave()

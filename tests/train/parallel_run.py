@@ -1,11 +1,23 @@
-"""A small GRPO run under ``torchrun`` for the parallel tests: ``python parallel_run.py WORLD RUN_DIR
-straight|first|resume|sft|dpo|evaluated|nan [OVERRIDES...]`` trains 2 GRPO steps straight, or stops after
-step 1 with a checkpoint, or resumes that run to step 2, or makes one SFT step on the oracle's
-demonstrations of 8 training questions, or one DPO step on 8 answer pairs (with its reference), or trains 2
-steps with a KL reference, 2 epochs (π_old recomputed), the zero-variance filter and an evaluation after
-each step (the best policy kept), or trains step 1 then meets NaN advantages in step 2
-(``RUN_DIR/diverged.txt``: the watchdog's message); the main process writes the gathered weights to
-``RUN_DIR/w.pt`` (after the stopped step for ``nan``)."""
+"""Small training jobs for the parallel tests, alone or under ``torchrun --standalone --nproc_per_node 2``
+with ``ACCELERATE_USE_CPU=true``: ``python parallel_run.py WORLD RUN_DIR MODE [OVERRIDES...]``, or several
+jobs in one launch (its processes' start, mostly imports, paid once), one after the other:
+``WORLD RUN_DIR MODE [OVERRIDES...] + RUN_DIR MODE [OVERRIDES...] ...``. The modes:
+
+- ``straight``: 2 GRPO steps; ``first``: step 1, then a checkpoint; ``resume``: that run to step 2;
+- ``update STEPS`` / ``update-em STEPS`` (EM alone): grpo_run.py's run (its ``sampler-<rank>.json``);
+- ``sft``: one SFT step on the oracle's demonstrations of 8 training questions; ``dpo``: one DPO step on 8
+  answer pairs (with its reference); each process writes ``grad_norm-<rank>.json``;
+- ``evaluated``: 2 steps with a KL reference, 2 epochs (π_old recomputed), the zero-variance filter and
+  an evaluation after each step (the best policy kept);
+- ``nan``: step 1, then NaN advantages in step 2 (``diverged.txt``: the watchdog's message);
+- ``uneven``: 1 step in which process 1's groups all have zero variance (it pads every pass);
+- ``refused``: a GRPO, an SFT, a DPO and a cycle trainer whose batch the processes cannot share evenly
+  (``refused-<rank>.json``: each one's error);
+- ``handover``: a trainer's policy handed to a second trainer (``handover.txt``: its error);
+- ``cycles-straight|first|resume``: cycles_run.py's run.
+
+The main process writes the gathered weights to ``RUN_DIR/w.pt`` (after the stopped step for ``nan``;
+none for ``refused`` and ``handover``)."""
 
 from __future__ import annotations
 
@@ -17,10 +29,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from grpo_run import leave, small_method  # noqa: E402
+from cycles_run import cycle_trainer, cycles  # noqa: E402
+from grpo_run import leave, small_method, update  # noqa: E402
 
 from ragrl.algos import ADVANTAGES, register_advantage  # noqa: E402
 from ragrl.data.io import read_examples  # noqa: E402
+from ragrl.errors import RagrlError  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
 from ragrl.rewards import build_reward  # noqa: E402
 from ragrl.synth.demonstrators import OracleDemonstrator  # noqa: E402
@@ -57,29 +71,74 @@ def dpo_trainer(world: Path, run_dir: Path, *extra: str) -> DPOTrainer:
     return DPOTrainer(method, method.train, read_pairs(path, tokenizer), eval_examples=[])
 
 
-if __name__ == "__main__":
-    world, run_dir, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def refusals(world: Path, run_dir: Path, *extra: str) -> dict[str, str]:
+    """A batch of 3 on two processes: each trainer's error (GRPO's prompts, SFT's demonstrations, DPO's
+    pairs, a preference cycle's questions), raised before anything is trained."""
+
+    def grpo() -> GRPOTrainer:
+        method = small_method(world, run_dir, *extra, "train.grpo.prompts_per_step=3")
+        return GRPOTrainer(method, method.train, eval_examples=[])
+
+    makers = {
+        "grpo": grpo,
+        "sft": lambda: sft_trainer(world, run_dir, *extra, "train.sft.batch_size=3"),
+        "dpo": lambda: dpo_trainer(world, run_dir, *extra, "train.dpo.batch_size=3"),
+        "cycles": lambda: cycle_trainer(world, run_dir, *extra, "train.cycles.questions_per_cycle=3"),
+    }
+    errors = {}
+    for name, make in makers.items():
+        try:
+            make()
+        except RagrlError as e:
+            errors[name] = str(e)
+    return errors
+
+
+def run(world: Path, run_dir: Path, mode: str, *extra: str) -> None:
+    """One job; every process runs it."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    if mode in ("update", "update-em"):  # grpo_run.py's run: STEPS first, EM alone for update-em
+        steps, *extra = extra
+        update(world, run_dir / "w.pt", int(steps), *extra, em_only=mode == "update-em")
+        return
+    if mode.startswith("cycles-"):  # cycles_run.py's run: cycles-straight, cycles-first, cycles-resume
+        cycles(world, run_dir, mode.removeprefix("cycles-"), *extra)
+        return
+    if mode == "handover":  # the policy of one trainer handed to a second: its error
+        method = small_method(world, run_dir, *extra)
+        trainer = GRPOTrainer(method, method.train, eval_examples=[])
+        try:
+            GRPOTrainer(
+                method, method.train, eval_examples=[], model=trainer.policy, tokenizer=trainer.tokenizer
+            )
+        except RagrlError as e:
+            (run_dir / "handover.txt").write_text(str(e))
+        return
+    if mode == "refused":
+        rank = os.environ.get("RANK", "0")
+        (run_dir / f"refused-{rank}.json").write_text(json.dumps(refusals(world, run_dir, *extra)))
+        return
     if mode == "sft":
-        trainer = sft_trainer(world, run_dir, *sys.argv[4:])
+        trainer = sft_trainer(world, run_dir, *extra)
     elif mode == "dpo":
-        trainer = dpo_trainer(world, run_dir, *sys.argv[4:])
+        trainer = dpo_trainer(world, run_dir, *extra)
     elif mode == "uneven":  # every group of process 1 has zero variance: it pads all its passes
-        extra = ["train.steps=1", "train.grpo.group_filter=drop_zero_variance", "train.grpo.kl_coef=0.01",
-                 "train.grpo.micro_batch_size=2", "train.grpo.ppo_epochs=2"]  # fmt: skip
-        method = small_method(world, run_dir, *extra, *sys.argv[4:])
+        settings = ["train.steps=1", "train.grpo.group_filter=drop_zero_variance", "train.grpo.kl_coef=0.01",
+                    "train.grpo.micro_batch_size=2", "train.grpo.ppo_epochs=2"]  # fmt: skip
+        method = small_method(world, run_dir, *settings, *extra)
         if os.environ.get("RANK") == "1":
             method.reward = build_reward([{"name": "em", "weight": 0.0}])
         trainer = GRPOTrainer(method, method.train, eval_examples=[])
     elif mode == "evaluated":  # the main process evaluates alone; a KL reference; uneven micro-batches
-        extra = ["train.steps=2", "train.eval_every=1", "train.best_metric=eval/em_answerable",
-                 "train.data.eval_limit=4", "train.grpo.kl_coef=0.01", "train.grpo.ppo_epochs=2",
-                 "train.grpo.group_filter=drop_zero_variance", "train.grpo.micro_batch_size=2"]  # fmt: skip
-        method = small_method(world, run_dir, *extra, *sys.argv[4:])
+        settings = ["train.steps=2", "train.eval_every=1", "train.best_metric=eval/em_answerable",
+                    "train.data.eval_limit=4", "train.grpo.kl_coef=0.01", "train.grpo.ppo_epochs=2",
+                    "train.grpo.group_filter=drop_zero_variance",
+                    "train.grpo.micro_batch_size=2"]  # fmt: skip
+        method = small_method(world, run_dir, *settings, *extra)
         dev = read_examples(world / "dev.jsonl")[0]
         trainer = GRPOTrainer(method, method.train, eval_examples=dev)
     else:
-        method = small_method(world, run_dir, "train.steps=2", *sys.argv[4:])
+        method = small_method(world, run_dir, "train.steps=2", *extra)
         trainer = GRPOTrainer(method, method.train, eval_examples=[])
     if mode in ("sft", "dpo"):
         norm = trainer.step()["grad_norm"]  # before clipping: a wrong gradient scale shows here
@@ -105,4 +164,15 @@ if __name__ == "__main__":
     if trainer.acc.is_main_process:
         torch.save({k: v.detach().clone() for k, v in weights.items()}, run_dir / "w.pt")
     trainer.acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    world, jobs = Path(sys.argv[1]), [[]]
+    for arg in sys.argv[2:]:  # RUN_DIR MODE [OVERRIDES...], jobs separated by "+"
+        if arg == "+":
+            jobs.append([])
+        else:
+            jobs[-1].append(arg)
+    for run_dir, mode, *extra in jobs:
+        run(world, Path(run_dir), mode, *extra)
     leave()

@@ -6,9 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,11 +22,9 @@ _spec = importlib.util.spec_from_file_location("grpo_run", HERE / "grpo_run.py")
 grpo_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(grpo_run)
 small_method, weights, records = grpo_run.small_method, grpo_run.weights, grpo_run.records
-
-
-# Two real processes on the CPU (gloo): torchrun starts them and accelerate joins them. (`accelerate
-# launch --cpu --num_processes 2` starts ONE process on a machine without GPUs, whatever it is told.)
-TWO_PROCESSES = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+_spec = importlib.util.spec_from_file_location("launch", HERE / "launch.py")
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
 
 
 def test_steps_update_the_policy_and_log_diagnostics(world_dir, tmp_path):
@@ -103,25 +98,12 @@ def test_watchdog_stops_on_nan_and_keeps_the_last_good_checkpoint(world_dir, tmp
     "extra",
     [
         pytest.param([], id="grpo"),
-        pytest.param(["train.grpo.whiten=token"], id="whitened", marks=pytest.mark.slow),
+        pytest.param(launch.WHITENED, id="whitened", marks=pytest.mark.slow),
     ],
 )
-def test_two_processes_make_the_same_first_update_as_one(
-    world_dir, tmp_path, extra, one_process_first_update
-):
+def test_two_processes_make_the_same_first_update_as_one(world_dir, extra, launched):
     """The same update from one and two processes; whitened, the mean and std are over both."""
-    script = str(HERE / "grpo_run.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    if extra:  # a reference of its own
-        one = tmp_path / "one" / "w.pt"
-        one.parent.mkdir()
-        subprocess.run([sys.executable, script, str(world_dir), str(one), "1", *extra], check=True, env=env)
-    else:
-        one = one_process_first_update
-    two = tmp_path / "two" / "w.pt"
-    two.parent.mkdir()
-    launch = TWO_PROCESSES
-    subprocess.run([*launch, script, str(world_dir), str(two), "1", *extra], check=True, env=env, timeout=300)
+    one, two = (launched("update", "1", *extra, processes=n) / "w.pt" for n in (1, 2))
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     a, b = torch.load(one), torch.load(two)
     from safetensors.torch import load_file
@@ -135,21 +117,10 @@ def test_two_processes_make_the_same_first_update_as_one(
     assert float((diff <= 1e-6).float().mean()) > 0.9999 and float(diff.max()) < 1e-4, float(diff.max())
 
 
-def test_two_processes_refill_and_train_stepwise_samples_in_step(world_dir, tmp_path):
+def test_two_processes_refill_and_train_stepwise_samples_in_step(launched):
     """Under accelerate with 2 processes, refill rounds are decided together (the samplers stay in
     step) and step-wise samples (uneven counts per process) train without a hang."""
-    script = str(HERE / "grpo_run.py")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    out = tmp_path / "two" / "w.pt"
-    out.parent.mkdir()
-    launch = TWO_PROCESSES
-    extra = [
-        "rollout.kind=stepwise",
-        "train.grpo.group_filter=drop_zero_variance",
-        "train.grpo.refill_rounds=3",
-    ]
-    env["GRPO_RUN_REWARD"] = "em"  # EM alone: most groups all-wrong, so refill rounds are needed
-    subprocess.run([*launch, script, str(world_dir), str(out), "2", *extra], check=True, env=env, timeout=300)
+    out = launched("update-em", "2", *launch.REFILL) / "w.pt"  # EM alone: most groups all wrong, refills
     ranks = [json.loads((out.parent / f"sampler-{rank}.json").read_text()) for rank in (0, 1)]
     assert ranks[0] == ranks[1]  # the same sampler position and the same refill rounds on both
     assert sum(ranks[0]["refill_rounds"]) > 0  # refills really happened

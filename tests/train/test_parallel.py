@@ -22,27 +22,11 @@ _spec = importlib.util.spec_from_file_location("grpo_run", HERE / "grpo_run.py")
 grpo_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(grpo_run)
 small_method = grpo_run.small_method
-TWO_PROCESSES = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-SHARDED = {
-    "fsdp": ["train.parallel.mode=fsdp"],
-    "zero2": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=2"],
-    "zero3": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=3"],
-}
-"""The sharded engines the two-process tests run (each against one process or a straight run)."""
-LORA = [
-    "train.model.lora.r=4",
-    "train.model.lora.dropout=0.0",
-    "train.model.lora.target_modules=[q_proj,v_proj]",
-]
-"""Small adapters; no dropout (it draws from each process's RNG stream, so N processes would match N
-DDP processes, not one)."""
-ZERO1 = {"zero1": ["train.parallel.mode=deepspeed", "train.parallel.zero_stage=1"]}
-"""ZeRO-1 (reduces at the accumulation boundary only): the first-update test."""
-OFFLOAD = {f"{name}-offload": [*extra, "train.parallel.offload=true"] for name, extra in SHARDED.items()}
-"""``train.parallel.offload``: FSDP's sharded state in host memory (``CPUOffloadPolicy``; nothing to pin
-without a GPU), ZeRO's optimizer state (and under ZeRO-3 its parameters) offloaded: the first-update
-test."""
+_spec = importlib.util.spec_from_file_location("launch", HERE / "launch.py")
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
+TWO_PROCESSES, ENV, SHARDED, LORA = launch.TWO_PROCESSES, launch.ENV, launch.SHARDED, launch.LORA
+ZERO1, OFFLOAD = launch.ZERO1, launch.OFFLOAD
 
 
 def engines(*names: str, default: str = "fsdp") -> list:
@@ -108,14 +92,9 @@ def test_fsdp_on_one_process_trains_as_ddp_does_and_exports_the_whole_model(worl
 
 
 @pytest.mark.parametrize("engine", engines(*SHARDED, *ZERO1, *OFFLOAD))
-def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(
-    world_dir, tmp_path, engine, one_process_first_update
-):
-    script = str(HERE / "grpo_run.py")
-    one, two = one_process_first_update, tmp_path / "two" / "w.pt"
-    two.parent.mkdir()
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), "1", *{**SHARDED, **ZERO1, **OFFLOAD}[engine]]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
+def test_sharded_on_two_processes_makes_the_same_first_update_as_one_process(world_dir, engine, launched):
+    one = launched("update", "1", processes=1) / "w.pt"  # the DDP test's reference (test_grpo.py)
+    two = launched("update", "1", *{**SHARDED, **ZERO1, **OFFLOAD}[engine]) / "w.pt"
     assert (two.parent / "sampler-1.json").is_file()  # a second process really ran
     norms = [json.loads((out.parent / "sampler-0.json").read_text())["grad_norm"][0] for out in (one, two)]
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)  # the gradient itself (a scale error is ×2 or ×0.5)
@@ -191,15 +170,11 @@ def test_sharded_on_two_processes_resumes_exactly_after_kill_9(world_dir, tmp_pa
 @pytest.mark.parametrize("engine", engines(*SHARDED))
 @pytest.mark.parametrize("algo", [pytest.param("sft", marks=pytest.mark.slow), "dpo"])
 def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process(
-    world_dir, tmp_path, algo, engine
+    world_dir, algo, engine, launched
 ):
     # 8 demonstrations (SFT) or 8 pairs (DPO, with its reference) a step in micro-batches of 2: 4 on each
     # of two processes, accumulated
-    script = str(HERE / "parallel_run.py")
-    one, two = tmp_path / "one", tmp_path / "two"
-    subprocess.run([sys.executable, script, str(world_dir), str(one), algo], check=True, env=ENV)
-    run = [*TWO_PROCESSES, script, str(world_dir), str(two), algo, *SHARDED[engine]]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
+    one, two = launched(algo, processes=1), launched(algo, *SHARDED[engine])
     a, b = torch.load(one / "w.pt"), torch.load(two / "w.pt")
     from safetensors.torch import load_file
 
@@ -212,78 +187,41 @@ def test_sharded_on_two_processes_makes_the_same_sft_and_dpo_step_as_one_process
 
 @pytest.mark.parametrize("engine", engines(*SHARDED, default="zero3"))
 def test_sharded_on_two_processes_evaluates_on_the_main_process_with_a_reference_and_recompute(
-    world_dir, tmp_path, engine
+    engine, launched
 ):
     # the main process evaluates alone between gathered weights; the reference and recompute passes
     # and the update run in lockstep (a process left with nothing to train on: the test below)
-    import json
-
-    script = str(HERE / "parallel_run.py")
-    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "evaluated", *SHARDED[engine]]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    run = launched("evaluated", *SHARDED[engine])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["phase"] for r in records if r["kind"] == "eval"] == ["before", "train", "after"]
-    assert (tmp_path / "best" / "best.json").is_file() and (tmp_path / "best" / "model.safetensors").is_file()
+    assert (run / "best" / "best.json").is_file() and (run / "best" / "model.safetensors").is_file()
     assert all("kl" in r for r in records if r["kind"] == "train")
 
 
 @pytest.mark.parametrize("engine", engines("zero2", "zero3", default="zero3"))
-def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(world_dir, tmp_path, engine):
+def test_deepspeed_skips_a_non_finite_update_and_the_watchdog_stops_the_run(engine, launched):
     # ZeRO clips inside its own step: the norm is read after it, and ZeRO has skipped the update
-    script = str(HERE / "parallel_run.py")
-    run = [
-        *TWO_PROCESSES,
-        script,
-        str(world_dir),
-        str(tmp_path),
-        "nan",
-        "train.save_every=1",
-        *SHARDED[engine],
-    ]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
-    message = (tmp_path / "diverged.txt").read_text()
+    run = launched("nan", "train.save_every=1", *SHARDED[engine])
+    message = (run / "diverged.txt").read_text()
     assert message.startswith("step 2: the gradient norm is ") and "step-000001" in message
     from safetensors.torch import load_file
 
-    good = load_file(tmp_path / "checkpoints" / "step-000001" / "policy" / "model.safetensors")
-    after = torch.load(tmp_path / "w.pt")
+    good = load_file(run / "checkpoints" / "step-000001" / "policy" / "model.safetensors")
+    after = torch.load(run / "w.pt")
     assert close({k: after[k] for k in good}, good) == 0.0  # the bad update was not applied
 
 
 @pytest.mark.parametrize("stage", [pytest.param(1, marks=pytest.mark.slow), 2])
-def test_a_zero_1_or_2_policy_handed_to_a_second_trainer_is_refused(world_dir, tmp_path, stage):
+def test_a_zero_1_or_2_policy_handed_to_a_second_trainer_is_refused(stage, launched):
     # ZeRO-1/2 leave the parameters whole but map them to the first engine's optimizer partitions and
     # hook their gradients: a second engine over them would train with the first one's hooks on
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path\n"
-        "from grpo_run import small_method, leave\n"
-        "from ragrl.errors import RagrlError\n"
-        "from ragrl.train.grpo import GRPOTrainer\n"
-        "m = small_method(Path(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])\n"
-        "t = GRPOTrainer(m, m.train, eval_examples=[])\n"
-        "try:\n"
-        "    GRPOTrainer(m, m.train, eval_examples=[], model=t.policy, tokenizer=t.tokenizer)\n"
-        "except RagrlError as e:\n"
-        "    print('refused:', e)\n"
-        "leave()\n"
-    )
-    extra = ["train.parallel.mode=deepspeed", f"train.parallel.zero_stage={stage}"]
-    run = subprocess.run(
-        [sys.executable, "-c", code, str(HERE), str(world_dir), str(tmp_path), *extra],
-        env=ENV, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert "refused:" in run.stdout and "sharded already" in run.stdout
+    run = launched("handover", *{**SHARDED, **ZERO1}[f"zero{stage}"], processes=1)
+    assert "sharded already" in (run / "handover.txt").read_text()
 
 
-def test_deepspeed_on_one_process_makes_the_ddp_update(world_dir, tmp_path, one_process_first_update):
-    script = str(HERE / "grpo_run.py")
-    ds = tmp_path / "ds" / "w.pt"
-    ds.parent.mkdir()
-    subprocess.run(
-        [sys.executable, script, str(world_dir), str(ds), "1", *SHARDED["zero2"]], check=True, env=ENV
-    )
-    assert close(torch.load(one_process_first_update), torch.load(ds)) == 0.0
+def test_deepspeed_on_one_process_makes_the_ddp_update(launched):
+    ddp, ds = (launched("update", "1", *engine, processes=1) / "w.pt" for engine in ([], SHARDED["zero2"]))
+    assert close(torch.load(ddp), torch.load(ds)) == 0.0
 
 
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=pytest.mark.slow) for e in ("fsdp", "zero3")])
@@ -321,18 +259,30 @@ def test_lora_sharded_on_two_processes_makes_the_same_update_resumes_exactly_and
 @pytest.mark.parametrize(
     "lora", [pytest.param([], id="full", marks=pytest.mark.slow), pytest.param(LORA, id="lora")]
 )
-def test_sharded_update_pads_a_process_whose_groups_were_all_filtered_out(world_dir, tmp_path, engine, lora):
+def test_sharded_update_pads_a_process_whose_groups_were_all_filtered_out(engine, lora, launched):
     # process 1's rewards are all 0, so drop_zero_variance leaves it nothing: every pass of its update
     # (π_old recomputed, the KL reference, the policy) is padding that must join process 0's collectives;
     # under ZeRO-3 with LoRA the reference padding runs with the adapters off, as the real pass does
-    import json
-
-    script = str(HERE / "parallel_run.py")
-    run = [*TWO_PROCESSES, script, str(world_dir), str(tmp_path), "uneven", *lora, *SHARDED[engine]]
-    subprocess.run(run, check=True, env=ENV, timeout=300)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    run = launched("uneven", *lora, *SHARDED[engine])
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     assert len(train) == 1 and train[0]["zero_variance_frac"] == 0.5 and "kl" in train[0]
+
+
+def test_a_batch_the_processes_cannot_share_evenly_is_refused_before_training(launched):
+    # GRPO's prompts (whole groups a process), SFT's demonstrations, DPO's pairs, a preference cycle's
+    # questions: 3 on two processes
+    run = launched("refused")
+    errors = [json.loads((run / f"refused-{rank}.json").read_text()) for rank in (0, 1)]
+    assert errors[0] == errors[1]  # both processes stop, with the same message
+    assert errors[0] == {
+        "grpo": "train.grpo.prompts_per_step (3) must be a multiple of the number of processes × "
+        "minibatches (2 × 1): every process holds whole groups",
+        "sft": "train.sft.batch_size (3) must be a multiple of the number of processes (2)",
+        "dpo": "train.dpo.batch_size (3) must be a multiple of the number of processes (2)",
+        "cycles": "train.cycles.questions_per_cycle (3) must be a multiple of the number of processes (2): "
+        "each plays an equal share",
+    }
 
 
 def test_stale_extension_build_locks_are_named(tmp_path, monkeypatch):

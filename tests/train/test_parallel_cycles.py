@@ -51,10 +51,10 @@ def _heads(folder: Path, rank: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("engine", engines(*ENGINES))
-def test_a_cycle_on_two_processes_is_the_cycle_of_one_process(world_dir, tmp_path, engine):
-    one, two = tmp_path / "one", tmp_path / "two"
-    _run(world_dir, one, "straight", "train.steps=1", processes=1)
-    _run(world_dir, two, "straight", "train.steps=1", *ENGINES[engine])
+def test_a_cycle_on_two_processes_is_the_cycle_of_one_process(world_dir, engine, launched):
+    # the refusal of a cycle the processes cannot share evenly: test_parallel.py's refused batches
+    one = launched("cycles-straight", "train.steps=1", processes=1)
+    two = launched("cycles-straight", "train.steps=1", *ENGINES[engine])
     (a,), (b,) = (json.loads((folder / "cycles.json").read_text()) for folder in (one, two))
     # the same episodes, siblings and pairs: every count, and each pair kind, as one process made them
     assert a["policy_pairs"] > 2 and a["rm_pairs"] > 0 and a["dpo/updates"] >= 1
@@ -90,16 +90,6 @@ def test_cycles_on_two_processes_resume_exactly(world_dir, tmp_path, engine):
         assert close(_heads(straight, rank), _heads(resumed, rank)) == 0.0
     a, b = (json.loads((folder / "cycles.json").read_text())[-1] for folder in (straight, resumed))
     assert a == b
-
-
-@pytest.mark.slow  # two processes for a refusal: CI runs it (.ci/run)
-def test_a_cycle_needs_an_equal_share_of_questions_for_every_process(world_dir, tmp_path):
-    extra = ["train.cycles.questions_per_cycle=3", "train.steps=1"]
-    command = [*TWO_PROCESSES, SCRIPT, str(world_dir), str(tmp_path), "straight", *extra]
-    run = subprocess.run(command, env=ENV, timeout=600, capture_output=True, text=True)
-    assert run.returncode != 0
-    message = "train.cycles.questions_per_cycle (3) must be a multiple of the number of processes (2)"
-    assert message in run.stderr
 
 
 def test_siblings_are_the_same_whichever_process_plays_the_episode(world_dir):
