@@ -40,17 +40,20 @@ def launched(world_dir, tmp_path_factory):
     def get(*job: str, processes: int = 2) -> Path:
         key = (processes, job)
         if key in failed:
-            pytest.fail(f"its launch failed: {failed[key]} (the first test that asked shows its output)")
+            pytest.fail(f"{failed[key]} (the first test that asked for it shows the launch's output)")
         if key not in folders:
             group = next((g[processes] for g in launch.GROUPS if job in g[processes]), (job,))
             jobs = [j for j in group if (processes, j) not in folders]
             planned = {j: root / f"job-{next(numbers)}-{processes}-{j[0]}" for j in jobs}
             try:
                 launch.launch(world_dir, [(folder, j) for j, folder in planned.items()], processes)
-            except Exception as e:
-                failed.update(dict.fromkeys(((processes, j) for j in jobs), repr(e)))
-                raise
-            folders.update(((processes, j), folder) for j, folder in planned.items())
+            finally:  # the jobs that ended keep their folders; the first that did not is named
+                ended = {j: folder for j, folder in planned.items() if (folder / "job-done").is_file()}
+                folders.update(((processes, j), folder) for j, folder in ended.items())
+                broken = next((" ".join(j) for j in jobs if j not in ended), None)
+                for j in jobs:
+                    if j not in ended:
+                        failed[(processes, j)] = f"job {broken!r} of its launch failed"
         return folders[key]
 
     return get

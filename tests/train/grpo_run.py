@@ -2,7 +2,7 @@
 or on two processes under ``torchrun --standalone --nproc_per_node 2`` with ``ACCELERATE_USE_CPU=true``.
 Writes the policy's state dict after STEPS steps (default 1) to OUT.pt from the main process, and from
 every process ``sampler-<rank>.json`` (its prompt sampler's position and the refill rounds of each
-step). ``GRPO_RUN_REWARD=em`` trains on EM alone. Used by test_grpo.py (1 against 2 processes); its
+step). Its ``update`` is parallel_run.py's ``update`` job (the tests launch it there, with others); its
 ``small_method``, ``weights`` and ``records`` are the GRPO tests' helpers."""
 
 from __future__ import annotations
@@ -103,6 +103,5 @@ def update(world: Path, out: Path, steps: int, *extra: str, em_only: bool = Fals
 
 if __name__ == "__main__":
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    em_only = os.environ.get("GRPO_RUN_REWARD") == "em"
-    update(Path(sys.argv[1]), Path(sys.argv[2]), steps, *sys.argv[4:], em_only=em_only)
+    update(Path(sys.argv[1]), Path(sys.argv[2]), steps, *sys.argv[4:])
     leave()

@@ -17,7 +17,9 @@ jobs in one launch (its processes' start, mostly imports, paid once), one after 
 - ``cycles-straight|first|resume``: cycles_run.py's run.
 
 The main process writes the gathered weights to ``RUN_DIR/w.pt`` (after the stopped step for ``nan``;
-none for ``refused`` and ``handover``)."""
+none for ``refused`` and ``handover``) and marks each job done (``RUN_DIR/job-done``) as it ends. A job
+that does not use ZeRO-3 refuses to run after one that did (ZeRO-3 replaces torch's linear for the rest
+of the process)."""
 
 from __future__ import annotations
 
@@ -166,6 +168,23 @@ def run(world: Path, run_dir: Path, mode: str, *extra: str) -> None:
     trainer.acc.wait_for_everyone()
 
 
+LINEAR = torch.nn.functional.linear
+"""torch's own: DeepSpeed's ZeRO-3 replaces it for the rest of the process (its memory-efficient linear)."""
+
+
+def run_jobs(world: Path, jobs: list[list[str]]) -> None:
+    """Each job in turn; the main process marks each one done (``RUN_DIR/job-done``) as it ends."""
+    for run_dir, mode, *extra in jobs:
+        if torch.nn.functional.linear is not LINEAR and "train.parallel.zero_stage=3" not in extra:
+            raise RuntimeError(
+                f"job {mode} {' '.join(extra)}: a ZeRO-3 job before it replaced torch's linear for the rest "
+                "of the process; put ZeRO-3 jobs last (tests/train/launch.py)"
+            )
+        run(world, Path(run_dir), mode, *extra)
+        if os.environ.get("RANK", "0") == "0":
+            (Path(run_dir) / "job-done").touch()
+
+
 if __name__ == "__main__":
     world, jobs = Path(sys.argv[1]), [[]]
     for arg in sys.argv[2:]:  # RUN_DIR MODE [OVERRIDES...], jobs separated by "+"
@@ -173,6 +192,5 @@ if __name__ == "__main__":
             jobs.append([])
         else:
             jobs[-1].append(arg)
-    for run_dir, mode, *extra in jobs:
-        run(world, Path(run_dir), mode, *extra)
+    run_jobs(world, jobs)
     leave()

@@ -1,6 +1,7 @@
 """Preference cycles (``train.algo: cycles``) on two processes under each ``train.parallel`` engine: the
 same cycle as one process (rollouts, siblings, the reward models, the DPO epoch), exact resume, and the
-pieces that make it so, checked on one process."""
+pieces that make it so, checked on one process. (A cycle the processes cannot share evenly is refused:
+test_parallel.py's refused batches.)"""
 
 from __future__ import annotations
 
@@ -52,7 +53,6 @@ def _heads(folder: Path, rank: int) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("engine", engines(*ENGINES))
 def test_a_cycle_on_two_processes_is_the_cycle_of_one_process(world_dir, engine, launched):
-    # the refusal of a cycle the processes cannot share evenly: test_parallel.py's refused batches
     one = launched("cycles-straight", "train.steps=1", processes=1)
     two = launched("cycles-straight", "train.steps=1", *ENGINES[engine])
     (a,), (b,) = (json.loads((folder / "cycles.json").read_text()) for folder in (one, two))
