@@ -4,12 +4,12 @@ together (the ``launched`` fixture, tests/train/conftest.py).
 A launch's start is most of a small job's time: torchrun, two interpreters importing torch, transformers
 and DeepSpeed, DeepSpeed's first set-up (measured 2026-11-29 on 2 cores: two processes that import and
 exit, 5.2 s; the jobs of test_grpo.py, test_parallel.py and test_parallel_cycles.py in the default run,
-each launched alone, 11-21 s a test: those three files took 146.2 s; with the groups below, 62.2 s)."""
+each launched alone, 11-21 s a test: those three files took 146.2 s; with the groups below, 51.0 s at
+9c7df37)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -96,19 +96,27 @@ replaces torch's ``linear`` for the rest of the process: parallel_run.py refuses
 A job of no group launches alone."""
 
 
-def launch(world: Path, jobs: Sequence[tuple[Path, Sequence[str]]], processes: int = 2) -> None:
-    """``parallel_run.py`` on ``processes`` (1 or 2), each ``(RUN_DIR, (MODE, *OVERRIDES))`` in turn;
-    its process group killed whole past the timeout (torchrun's workers with it)."""
+def launch(world: Path, jobs: Sequence[tuple[Path, Sequence[str]]], processes: int, log: Path) -> None:
+    """``parallel_run.py`` on ``processes`` (1 or 2), each ``(RUN_DIR, (MODE, *OVERRIDES))`` in turn, its
+    output into ``log``. Past the timeout torchrun is told to stop (SIGTERM: it stops its workers, each
+    in a session of its own, which a kill of torchrun alone would leave running), then killed if it has
+    not."""
     command = [*(TWO_PROCESSES if processes == 2 else [sys.executable]), str(SCRIPT), str(world)]
     for i, (folder, job) in enumerate(jobs):
         command += [*(["+"] if i else []), str(folder), *job]
     timeout = 300 + 60 * len(jobs)
-    with subprocess.Popen(command, env=ENV, start_new_session=True) as run:
+    with (
+        log.open("w") as out,
+        subprocess.Popen(command, env=ENV, stdout=out, stderr=subprocess.STDOUT) as run,
+    ):
         try:
             code = run.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+            run.terminate()
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
             raise
     if code != 0:
         raise subprocess.CalledProcessError(code, command)

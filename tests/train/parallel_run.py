@@ -172,15 +172,27 @@ LINEAR = torch.nn.functional.linear
 """torch's own: DeepSpeed's ZeRO-3 replaces it for the rest of the process (its memory-efficient linear)."""
 
 
+def zero3(extra: list[str]) -> bool:
+    """Whether a job's overrides select ZeRO-3 (``train.parallel.zero_stage`` is 3 unless set)."""
+    settings = dict(o.split("=", 1) for o in extra if "=" in o)
+    return (
+        settings.get("train.parallel.mode") == "deepspeed"
+        and settings.get("train.parallel.zero_stage", "3") == "3"
+    )
+
+
 def run_jobs(world: Path, jobs: list[list[str]]) -> None:
-    """Each job in turn; the main process marks each one done (``RUN_DIR/job-done``) as it ends."""
+    """Each job in turn; once every process has ended it, the main process marks it done
+    (``RUN_DIR/job-done``)."""
     for run_dir, mode, *extra in jobs:
-        if torch.nn.functional.linear is not LINEAR and "train.parallel.zero_stage=3" not in extra:
+        if torch.nn.functional.linear is not LINEAR and not zero3(extra):
             raise RuntimeError(
                 f"job {mode} {' '.join(extra)}: a ZeRO-3 job before it replaced torch's linear for the rest "
                 "of the process; put ZeRO-3 jobs last (tests/train/launch.py)"
             )
         run(world, Path(run_dir), mode, *extra)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()  # every process's files are written
         if os.environ.get("RANK", "0") == "0":
             (Path(run_dir) / "job-done").touch()
 
