@@ -40,9 +40,9 @@ def engines(*names: str) -> list:
     return [n if n == "fsdp" else pytest.param(n, marks=pytest.mark.slow) for n in names]
 
 
-def _run(world: Path, folder: Path, mode: str, *extra: str, processes: int = 2) -> None:
-    command = [*TWO_PROCESSES] if processes == 2 else [sys.executable]
-    command = [*command, SCRIPT, str(world), str(folder), mode, *extra]
+def _run(world: Path, folder: Path, mode: str, *extra: str) -> None:
+    """cycles_run.py on two processes (the resume test's three launches)."""
+    command = [*TWO_PROCESSES, SCRIPT, str(world), str(folder), mode, *extra]
     subprocess.run(command, check=True, env=ENV, timeout=600)
 
 
