@@ -5,6 +5,7 @@ from typer.testing import CliRunner
 
 from ragrl.cli import app
 from ragrl.data.io import read_examples
+from ragrl.methods import load_method
 from ragrl.rollout.outcomes import OUTCOMES
 from ragrl.rollout.records import read_trajectories
 
@@ -49,7 +50,11 @@ def test_oracle_demonstrator_scores_as_expected(world_dir, tmp_path):
     assert [p["id"] for p in preds] == [ex.id for ex in examples]
     trajs = read_trajectories(tmp_path / "oracle" / "trajectories.jsonl")
     assert all(t.final_answer is not None and t.num_searches >= 1 for t in trajs)
-    assert "rollout" in (tmp_path / "oracle" / "config.yaml").read_text()
+    # the resolved config, every default filled in, as a training run folder's: it loads back as the same
+    saved = (tmp_path / "oracle" / "config.yaml").read_text()
+    method = load_method(str(tmp_path / "oracle" / "config.yaml"))
+    assert method.name == "search_r1" and method.resolved_yaml() == saved
+    assert "long_questions:" in saved and "max_question_chars:" in saved  # defaults the file does not set
 
 
 def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp_path):

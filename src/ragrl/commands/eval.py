@@ -169,8 +169,6 @@ def eval_command(
     ] = None,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
-    from omegaconf import OmegaConf
-
     from ragrl.eval.runner import evaluate
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
@@ -297,7 +295,7 @@ def eval_command(
     write_trajectories(out / "trajectories.jsonl", report.trajectories)
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
-    OmegaConf.save(method_obj.source, out / "config.yaml")  # the config as loaded, once
+    (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))
