@@ -145,3 +145,45 @@ def test_a_process_of_a_launched_run_leaves_its_group_and_keeps_the_exit_code(tm
     assert bad.returncode == 2
     assert "leaving 2 initialized=True" in bad.stdout  # after a failure: out at once, no destroy to wait on
     assert "missing.jsonl" in " ".join(bad.stderr.split() + bad.stdout.split())
+
+
+def test_a_path_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
+    import pytest
+
+    from ragrl.cli import main
+
+    preds, gold = tmp_path / "preds.jsonl", tmp_path / "gold.jsonl"
+    preds.write_text('{"id": "1", "prediction": "x"}\n')
+    gold.write_text('{"id": "1", "question": "q?", "golden_answers": ["x"]}\n')
+    folder, a_file = tmp_path / "folder", tmp_path / "file.txt"
+    folder.mkdir()
+    a_file.write_text("x")
+    for out, message in (
+        (folder, f"error: {folder}: a folder is there, where a file is to be written or read"),
+        (a_file / "per.jsonl", f"error: {a_file}: a file is there, where a folder is to be made"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["score", str(preds), "--gold", str(gold), "--per-example", str(out)])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "Traceback" not in err
+        assert " ".join(err.split()) == message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "folder", "gold.jsonl", "preds.jsonl"]
+    assert list(folder.iterdir()) == []  # no temporary file left behind
+
+
+def test_no_command_help_shows_docstring_markup():
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from ragrl.cli import app
+
+    def commands(group, path=()):
+        for name, command in getattr(group, "commands", {}).items():
+            yield (*path, name)
+            yield from commands(command, (*path, name))
+
+    runner, names = CliRunner(), list(commands(get_command(app)))
+    assert ("reward-model",) in names and ("data", "convert") in names
+    for name in names:
+        result = runner.invoke(app, [*name, "--help"])
+        assert result.exit_code == 0 and "``" not in result.output, (name, result.output)

@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> None:
     except RagrlError as e:
         console.print(styled("error:", "bold red", str(e)))
         _leave(2)
+    except OSError as e:
+        if e.filename is None:  # not about a path the user gave: a failure to show in full
+            raise
+        console.print(styled("error:", "bold red", path_error(e)))
+        _leave(2)
     except SystemExit as e:
         _leave(e.code)
     except BaseException:
@@ -80,6 +85,19 @@ def main(argv: list[str] | None = None) -> None:
             raise
         traceback.print_exc()  # a launched process still leaves its group (below) rather than abort
         _leave(1)
+
+
+def path_error(e: OSError) -> str:
+    """A file-system error as one line naming the path (an output path that is a folder, a folder where
+    a file is, a path that cannot be written): the target of a rename, where there is one, rather than
+    the temporary file renamed onto it."""
+    path = e.filename2 if e.filename2 is not None else e.filename
+    what = {
+        IsADirectoryError: "a folder is there, where a file is to be written or read",
+        NotADirectoryError: "a part of the path is a file, not a folder",
+        FileExistsError: "a file is there, where a folder is to be made",
+    }.get(type(e), e.strerror or type(e).__name__)
+    return f"{os.fsdecode(path)}: {what}"
 
 
 def _process_group() -> Any:

@@ -74,3 +74,13 @@ def test_a_bad_stage_fails_when_the_config_loads_naming_the_stage() -> None:
     cfg = load_method_config("search_r1", ["train.stages=[{name: a, overrides: [train.grpo.kl=k9]}]"])
     with pytest.raises(RagrlError, match=r"^x\.yaml: train\.stages\[0\] \(a\): .*k9"):
         build_method(cfg, "x.yaml")
+
+
+def test_a_bad_override_is_one_line_naming_it() -> None:
+    for override, message in (
+        ("reward.9.weight=0.2", "search_r1-tiny: bad override reward.9.weight=0.2: list index out of range"),
+        ("reward.0.weight=abc", "reward[0] (em): weight must be a number, got 'abc'"),
+    ):
+        with pytest.raises(RagrlError) as e:
+            load_method("search_r1-tiny", [override])
+        assert message in str(e.value) and "\n" not in str(e.value), str(e.value)

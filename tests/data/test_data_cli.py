@@ -59,7 +59,15 @@ def test_convert_skip_invalid(tmp_path):
     result = runner.invoke(app, ["data", "convert", str(path), "--out", str(out), "--skip-invalid"])
     assert result.exit_code == 0, result.output
     assert "read 1 records, skipped 1" in result.output
-    assert "skipped 1 x field 'question': missing" in result.output
+    assert "skipped 1 x field 'question': missing (line 2)" in result.output
+    # a field a canonical record has no place for: the summary says it is not kept
+    path.write_text(
+        json.dumps({"id": "1", "question": "Q?", "golden_answers": ["A"], "type": "bridge"}) + "\n"
+    )
+    result = runner.invoke(app, ["data", "convert", str(path), "--out", str(tmp_path / "out2")])
+    assert result.exit_code == 0, result.output
+    assert "field 'type' is not part of a canonical record" in " ".join(result.output.split())
+    assert "(1 records); put it under metadata to keep it" in " ".join(result.output.split())
 
 
 def test_convert_leaves_empty_passages_out_of_the_corpus_and_says_so(tmp_path):

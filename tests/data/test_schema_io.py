@@ -79,6 +79,20 @@ def test_errors_name_file_line_and_field(tmp_path):
     _write(path, [good, json.dumps(flagged)])
     assert [ex.answerable for ex in read_examples(path)[0]] == [True, False]
 
+    # a decomposition step's answers and passage ids: strings, or the field is named (a skippable line)
+    for step, field in (
+        ({"question": "s1", "answers": 5}, "metadata.decomposition[1].answers"),
+        ({"question": "s1", "answers": [5]}, "metadata.decomposition[1].answers"),
+        ({"question": "s1", "supporting_ids": 7}, "metadata.decomposition[1].supporting_ids"),
+    ):
+        steps = [{"question": "s0", "answers": "x", "supporting_ids": ["p"]}, step]
+        _write(path, [good, json.dumps({**flagged, "metadata": {"decomposition": steps}})])
+        with pytest.raises(DataError) as e:
+            read_examples(path)
+        assert str(e.value).startswith(f"{path}:2: field '{field}': ")
+        examples, report = read_examples(path, skip_invalid=True)
+        assert [ex.id for ex in examples] == ["1"] and [s.line for s in report.skipped] == [2]
+
 
 def test_skip_invalid_reports_every_skipped_line(tmp_path):
     path = tmp_path / "mixed.jsonl"
@@ -94,6 +108,12 @@ def test_skip_invalid_reports_every_skipped_line(tmp_path):
     assert [e.id for e in examples] == ["1", "4"]
     assert [e.line for e in report.skipped] == [2, 3, 4]
     assert "skipped 3" in report.summary()
+    assert "  skipped 1 x field 'question': must be a non-empty string (line 3)" in report.summary()
+    report.skipped = [DataError("missing", path=path, line=n, field="question") for n in range(1, 13)]
+    assert report.summary().splitlines()[1] == (
+        "  skipped 12 x field 'question': missing (line 1, line 2, line 3, line 4, line 5, line 6, line 7, "
+        "line 8, line 9, line 10, and 2 more)"
+    )
 
 
 def test_read_corpus_formats(tmp_path):
@@ -202,4 +222,20 @@ def test_iter_corpora_streams_merges_and_names_the_line_of_a_conflict(tmp_path):
     assert [p.id for p in iter_corpora([a, b], reports)] == ["0"]
     assert [r.read for r in reports] == [1, 1] and reports[1].warnings == [
         "line 2: duplicate of passage 0, merged"
+    ]
+
+
+def test_a_field_outside_the_canonical_record_is_reported_not_kept(tmp_path):
+    path = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "1", "question": "q?", "golden_answers": ["a"], "type": "bridge"},
+        {"id": "2", "question": "q?", "golden_answers": ["a"], "metadata": {"type": "bridge"}},
+        {"id": "3", "question": "q?", "golden_answers": ["a"], "type": "comparison"},
+    ]
+    _write(path, [json.dumps(r) for r in rows])
+    examples, report = read_examples(path)
+    assert [ex.metadata for ex in examples] == [{}, {"type": "bridge"}, {}]
+    assert report.warnings == [
+        f"{path}: field 'type' is not part of a canonical record (id, question, golden_answers, metadata) "
+        "and is not kept (2 records, first on line 1); put it under metadata to keep it"
     ]

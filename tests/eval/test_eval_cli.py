@@ -146,6 +146,19 @@ def test_bad_inputs_are_clear_errors(world_dir, tmp_path):
         ],
     )
     assert result.exit_code != 0 and "unknown method 'nonexistent'" in str(result.exception)
+    base = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl"),
+            "--index", str(world_dir / "bm25"), "--out", str(tmp_path / "never")]  # fmt: skip
+    for extra, message in (
+        (["--world", "w.json"], "--world w.json: only the heuristic demonstrator reads a world"),
+        (["--batch-size", "0"], "Invalid value for '--batch-size'"),
+        (["--bootstrap", "-5"], "Invalid value for '--bootstrap'"),
+        (["--device", "banana"], "device 'banana': not a device name"),
+        (["--set", "reward.0.weight=abc"], "reward[0] (em): weight must be a number, got 'abc'"),
+    ):
+        result = runner.invoke(app, [*base, *extra])
+        assert result.exit_code != 0, extra
+        assert message in " ".join((result.output + str(result.exception)).split()), (extra, result.output)
+    assert not (tmp_path / "never").exists()
 
 
 def test_closed_book_searches_find_nothing(world_dir, tmp_path):

@@ -194,3 +194,27 @@ def test_nothing_to_score_is_an_error_with_the_reason(tmp_path, files, capsys):
         out = capsys.readouterr()
         assert e.value.code == 2 and why in out.err and out.out == ""
     assert "first prediction ids: x1, x2" in run(stray, "--gold", gold).exception.args[0]
+
+
+def test_a_metric_asked_for_that_nothing_could_score_is_named(tmp_path, files, capsys):
+    """``--metrics`` names a metric the predictions give nothing for: a warning naming what it reads
+    beside the metrics that were scored; an error (exit 2, no JSON) when none could be."""
+    _, gold = files
+    plain = write(tmp_path / "plain.jsonl", [{"id": "q1", "prediction": "chief of protocol"}])
+    for metrics, why in (
+        ("recall@5", "recall@5: it reads the predictions' retrieved_ids and the gold's supporting passage"),
+        ("sp", "sp_em: it reads the predictions' supporting_facts and the gold's supporting facts"),
+        ("retrieval", "retrieval: it reads the predictions' retrieved_ids"),
+        ("answer_recall@2", "answer_recall@2: it reads the predictions' retrieved_texts"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["score", str(plain), "--gold", str(gold), "--metrics", metrics])
+        out = capsys.readouterr()
+        assert e.value.code == 2 and out.out == "", out
+        assert "no metric --metrics asks for could be scored" in out.err and why in " ".join(out.err.split())
+    result = run(plain, "--gold", gold, "--metrics", "em,recall@5")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["em"] == 1.0
+    assert "warning: recall@5 was not scored: it reads the predictions' retrieved_ids" in " ".join(
+        result.stderr.split()
+    )

@@ -251,3 +251,33 @@ def test_an_approximate_dense_index_from_the_cli_resumes_a_killed_build_and_repo
     assert bad.exit_code == 1 and str(bad.exception) == (
         "--index-spec 'IVF,PQ': faiss cannot build it (could not parse index string IVF,PQ)"
     )
+
+
+def test_counts_and_bm25_parameters_out_of_range_are_usage_errors(built, tmp_path, capsys):
+    corpus, idx = str(built / "c1.jsonl"), str(built / "idx")
+    for args, option in (
+        (["index", corpus, "--out", str(tmp_path / "i1"), "--k1", "-1"], "--k1"),
+        (["index", corpus, "--out", str(tmp_path / "i2"), "--b", "7"], "--b"),
+        (["index", corpus, "--out", str(tmp_path / "i3"), "--retriever", "dense", "--batch-size", "0"],
+         "--batch-size"),
+        (["search", idx, "--queries", corpus, "--batch-size", "0"], "--batch-size"),
+    ):  # fmt: skip
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output, result.output
+    assert not any(tmp_path.iterdir())
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")
+    for args, message in (
+        (["search", idx, "--queries", str(blank)], f"{blank}: no queries (the file is empty or blank)"),
+        (["search", idx, "  "], "QUERY is empty"),
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code != 0 and message in str(result.exception), result.output
+    blank.unlink()
+    # a device this machine does not have is named before a dense build starts
+    dense = ["index", corpus, "--retriever", "dense", "--model", "hashing:32", "--out", str(tmp_path / "d")]
+    with pytest.raises(SystemExit) as e:
+        main([*dense, "--device", "banana"])
+    assert e.value.code == 2
+    assert "error: device 'banana': not a device name (auto, cpu, cuda, cuda:N)" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before the build began

@@ -45,6 +45,13 @@ def test_spec_errors_name_the_entry():
         build_reward([{"name": "em"}, {"name": "em"}])
     with pytest.raises(RagrlError, match=r"reward\[0\]: missing 'name'"):
         build_reward([{"weight": 1.0}])
+    # a weight from the command line (--set reward.0.weight=...) is a finite number, or named
+    with pytest.raises(RagrlError, match=r"reward\[1\] \(f1\): weight must be a number, got 'abc'"):
+        build_reward([{"name": "em"}, {"name": "f1", "weight": "abc"}])
+    for bad in ("nan", "1e400", float("inf")):
+        with pytest.raises(RagrlError, match=r"reward\[0\] \(em\): weight must be finite"):
+            build_reward([{"name": "em", "weight": bad}])
+    assert build_reward([{"name": "em", "weight": "0.5"}]).components[0].weight == 0.5
 
 
 def test_methods_register_their_own_components_and_non_finite_values_are_errors():

@@ -123,6 +123,12 @@ def test_sft_on_quoting_oracle_demonstrations_and_its_guard(world_dir, tmp_path)
     args = ["sft", "r2ag-tiny", "--demos", "quote", "--out", str(tmp_path / "e"), *sets(*paths)]
     result = runner.invoke(app, args)
     assert result.exit_code != 0 and "has its own grammar" in str(result.exception)
+    # a demonstrations file with nothing in it is named, not an SFT run on nothing
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    args = ["sft", "search_r1-tiny", "--demos", str(empty), "--out", str(tmp_path / "f"), *sets(*paths)]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0 and f"{empty}: no demonstrations (an empty file)" in str(result.exception)
 
 
 @pytest.mark.parametrize("config", ["evo_rag-tiny", "eval_rar-tiny", "tiresrag-tiny"])

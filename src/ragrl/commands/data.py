@@ -24,7 +24,10 @@ def convert(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for questions.jsonl and corpus.jsonl."),
     format: str = typer.Option("auto", "--format", "-f", help=FORMAT_HELP),
     skip_invalid: bool = typer.Option(
-        False, "--skip-invalid", help="Skip malformed records (and list them) instead of stopping."
+        False,
+        "--skip-invalid",
+        help="Skip malformed records instead of stopping (the summary counts them by reason, with their "
+        "lines).",
     ),
     source: str = typer.Option(None, "--source", help="Override metadata['source'] (e.g. nq for NQ)."),
 ) -> None:
@@ -50,7 +53,7 @@ def stats(
         typer.echo(json.dumps(result, ensure_ascii=False, indent=2))
     else:
         print_stats(result, title=str(path))
-    if report.skipped:
+    if report.skipped or report.warnings:
         console.print(report.summary(), highlight=False, markup=False, soft_wrap=True)
 
 

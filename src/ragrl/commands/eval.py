@@ -144,12 +144,14 @@ def eval_command(
     temperature: Annotated[float, typer.Option(help="Sampling temperature; 0 = greedy.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed for sampling and bootstrap.")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Generation batch size.")] = 32,
+    batch_size: Annotated[int, typer.Option(min=1, help="Generation batch size.")] = 32,
     backend: Annotated[
         Literal["transformers", "vllm"], typer.Option(help="Generation backend.")
     ] = "transformers",
     variant: Annotated[str, typer.Option(help="Answer normalization variant for the metrics.")] = "squad",
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for 95% confidence intervals.")] = 0,
+    bootstrap: Annotated[
+        int, typer.Option(min=0, help="Bootstrap resamples for 95% confidence intervals (0: none).")
+    ] = 0,
     closed_book: Annotated[
         bool,
         typer.Option(
@@ -200,6 +202,10 @@ def eval_command(
         raise RagrlError(
             "--few-shot plays the oracle through the retriever to show a model worked examples: it cannot "
             "be combined with --demonstrator or --closed-book"
+        )
+    if world is not None and demonstrator != "heuristic":
+        raise RagrlError(
+            f"--world {world}: only the heuristic demonstrator reads a world (--demonstrator heuristic)"
         )
     who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
     console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")

@@ -90,15 +90,15 @@ def index(
     passage_prefix: Annotated[
         str, typer.Option(help="Dense: text put before every passage (e5: 'passage: ').")
     ] = "",
-    batch_size: Annotated[int, typer.Option(help="Dense: encoding batch size.")] = 64,
+    batch_size: Annotated[int, typer.Option(min=1, help="Dense: encoding batch size.")] = 64,
     device: Annotated[
         str, typer.Option(help="Dense: 'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ] = "auto",
     bm25_method: Annotated[
         str, typer.Option(help="BM25: lucene, robertson, atire, bm25l, bm25+.")
     ] = "lucene",
-    k1: Annotated[float, typer.Option(help="BM25: k1.")] = 1.5,
-    b: Annotated[float, typer.Option(help="BM25: b.")] = 0.75,
+    k1: Annotated[float, typer.Option(min=0.0, help="BM25: k1 (term-frequency saturation, >= 0).")] = 1.5,
+    b: Annotated[float, typer.Option(min=0.0, max=1.0, help="BM25: b (length normalization, 0-1).")] = 0.75,
     stem: Annotated[bool, typer.Option(help="BM25: English Snowball stemming.")] = True,
     components: Annotated[
         str | None,
@@ -192,6 +192,10 @@ def index(
             )
     if not comp_dirs and not corpus:
         raise RagrlError("give at least one CORPUS file (or --retriever hybrid --components DIR_A,DIR_B)")
+    if retriever is not RetrieverKind.bm25:  # the encoder's device, before the corpus is read
+        from ragrl.retrieval.dense import resolve_device
+
+        resolve_device(device)
     passages = _read_corpora(corpus, out / BUILD_FOLDER / "corpus") if not comp_dirs else None
     (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
 
@@ -285,6 +289,8 @@ def _read_queries(path: Path) -> tuple[list[str], list[Any] | None]:
         examples, _ = read_examples(path)
         return [ex.question for ex in examples], examples
     lines = [line.strip() for line in text.splitlines()]
+    if not any(lines):
+        raise RagrlError(f"{path}: no queries (the file is empty or blank)")
     return [q for q in lines if q], None
 
 
@@ -342,7 +348,7 @@ def search(
     ] = False,
     eval_k: Annotated[str, typer.Option(help="Cut-offs for --eval, comma-separated.")] = "2,5,10",
     device: Annotated[str, typer.Option(help="Dense: device to encode queries on.")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Queries searched per batch with --queries.")] = 1024,
+    batch_size: Annotated[int, typer.Option(min=1, help="Queries searched per batch with --queries.")] = 1024,
     snippet: Annotated[int, typer.Option(help="Characters of text shown per hit.")] = 100,
 ) -> None:
     """Search an index: one query as a table (as jsonl with --out), or a file of queries as jsonl (plus
@@ -355,6 +361,8 @@ def search(
         raise RagrlError("give either a QUERY or --queries FILE (not both)")
     if eval_ and queries is None:
         raise RagrlError("--eval needs --queries with a canonical question file")
+    if query is not None and not query.strip():
+        raise RagrlError("QUERY is empty: give the words to search for")
     ks = _parse_ks(eval_k) if eval_ else ()
 
     if cache is not None and cache_mode is CacheMode.replay:

@@ -12,7 +12,7 @@ from ragrl.console import console, styled
 from ragrl.data.io import write_jsonl
 from ragrl.errors import RagrlError
 from ragrl.metrics.normalize import VARIANTS
-from ragrl.metrics.score import DEFAULT_KS, score_files
+from ragrl.metrics.score import DEFAULT_KS, parse_metrics, score_files, unscored
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -98,6 +98,12 @@ def score(
             f"nothing to score: none of the {summary['n_predictions']} predictions in {predictions} has an "
             f"id of the {summary['n_gold']} questions in {gold} (first prediction ids: {first})"
         )
+    absent = unscored(parse_metrics(metrics, _parse_ks(ks)), summary["n_per_metric"]) if metrics else {}
+    if absent and not any(summary["n_per_metric"].values()):
+        reasons = "; ".join(f"{name}: {why}" for name, why in absent.items())
+        raise RagrlError(f"no metric --metrics asks for could be scored on {predictions} ({reasons})")
+    for name, why in absent.items():
+        console.print(styled("warning:", "yellow", f"{name} was not scored: {why}"))
     for key, label in (
         ("missing_predictions", "gold examples have no prediction"),
         ("unknown_ids", "predictions have an id not in the gold file"),

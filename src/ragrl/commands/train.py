@@ -194,6 +194,8 @@ def sft(
             write_trajectories(run_dir / "demonstrations.jsonl", trajectories)
     else:
         trajectories = read_trajectories(demos)
+        if not trajectories:
+            raise RagrlError(f"{demos}: no demonstrations (an empty file)")
     if accelerator.is_main_process:
         console.print(f"SFT on {len(trajectories)} demonstrations")
     trainer = SFTTrainer(
@@ -251,10 +253,10 @@ def reward_model(
     seed: int = 0,
 ) -> None:
     """Train a multi-head reward model (named linear heads on a frozen encoder) on preference pairs;
-    prints the last epoch's training and validation figures as JSON. Under ``accelerate launch`` or
-    ``torchrun`` each process embeds an equal share of the pairs with its own copy of the encoder, and
-    the heads train on all of them (their gradients added over processes): the heads one process
-    trains."""
+    prints the last epoch's training and validation figures as JSON. Under `accelerate launch` or
+    `torchrun` each process embeds an equal share of the pairs with its own copy of the encoder, and
+    the heads train on all of them (their gradients added over processes): the same heads as one
+    process would train on every pair."""
     import math
 
     import torch

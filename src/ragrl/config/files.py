@@ -77,6 +77,11 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
     return cfg
 
 
+def _first_line(e: Exception) -> str:
+    """An OmegaConf error's message without the lines it adds (``full_key``, ``object_type``)."""
+    return next(iter(str(e).splitlines()), type(e).__name__)
+
+
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str] | Mapping[str, Any] | None) -> DictConfig:
     """Apply ``["a.b=1", "reward.1.weight=0.2"]`` (``--set`` style; list items by index) or a mapping
     of dotted keys to values. Values are parsed as OmegaConf parses YAML scalars and lists."""
@@ -94,13 +99,13 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str] | Mapping[str, Any
             try:
                 items.append((key.strip(), OmegaConf.to_container(OmegaConf.from_dotlist([f"v={raw}"]))["v"]))
             except OmegaConfBaseException as e:
-                raise RagrlError(f"bad override {o!r}: {e}") from None
+                raise RagrlError(f"bad override {o!r}: {_first_line(e)}") from None
     cfg = cfg.copy()
     for key, value in items:
         try:
             OmegaConf.update(cfg, key, value, merge=True, force_add=True)
         except (OmegaConfBaseException, TypeError, ValueError, IndexError) as e:
-            raise RagrlError(f"bad override {key}={value!r}: {e}") from None
+            raise RagrlError(f"bad override {key}={value!r}: {_first_line(e)}") from None
     return cfg
 
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import tempfile
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,23 @@ from typing import Any
 
 from ragrl.data.schema import Example, Passage
 from ragrl.errors import DataError, RagrlError
+
+CANONICAL_FIELDS = frozenset({"id", "question", "golden_answers", "metadata"})
+"""The fields of a canonical question record (FlashRAG jsonl); whatever else a record holds goes under
+``metadata``."""
+
+
+def not_kept(path: str | Path, key: str, records: int, where: str = "") -> str:
+    """The warning for a field outside ``CANONICAL_FIELDS``, which a canonical question record drops."""
+    return (
+        f"{path}: field {key!r} is not part of a canonical record (id, question, golden_answers, "
+        f"metadata) and is not kept ({records} records{', ' + where if where else ''}); put it under "
+        "metadata to keep it"
+    )
+
+
+SHOWN_PLACES = 10
+"""How many skipped records a summary line names (the others are counted)."""
 
 
 @dataclass
@@ -35,9 +51,14 @@ class LoadReport:
 
     def summary(self) -> str:
         lines = [f"{self.path}: read {self.read} records, skipped {len(self.skipped)}"]
-        reasons = Counter(f"field '{e.field}': {e.message}" if e.field else e.message for e in self.skipped)
-        for reason, count in reasons.most_common():
-            lines.append(f"  skipped {count} x {reason}")
+        where: dict[str, list[str]] = {}  # each reason: its records' lines (or names, without a line)
+        for e in self.skipped:
+            reason = f"field '{e.field}': {e.message}" if e.field else e.message
+            where.setdefault(reason, []).append(f"line {e.line}" if e.line is not None else (e.record or "?"))
+        for reason, places in sorted(where.items(), key=lambda item: -len(item[1])):
+            more = len(places) - SHOWN_PLACES
+            shown = ", ".join(places[:SHOWN_PLACES]) + (f", and {more} more" if more > 0 else "")
+            lines.append(f"  skipped {len(places)} x {reason} ({shown})")
         if self.warnings:
             lines.append(f"  {len(self.warnings)} warnings, first: {self.warnings[0]}")
         return "\n".join(lines)
@@ -226,6 +247,7 @@ def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list
     report = LoadReport(str(path))
     examples: list[Example] = []
     seen: dict[str, int] = {}
+    extra: dict[str, list[int]] = {}
     for lineno, record in iter_jsonl(path, on_error="yield"):
         try:
             if isinstance(record, DataError):
@@ -245,6 +267,10 @@ def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list
             continue
         seen[ex.id] = lineno
         examples.append(ex)
+        for key in record.keys() - CANONICAL_FIELDS:
+            extra.setdefault(key, []).append(lineno)
+    for key, lines in extra.items():  # a field the canonical record has no place for is not kept: said so
+        report.warnings.append(not_kept(path, key, len(lines), f"first on line {lines[0]}"))
     report.read = len(examples)
     return examples, report
 

@@ -191,13 +191,12 @@ class Example:
                 step_answers = s.get("answers", [])
                 if isinstance(step_answers, str):
                     step_answers = [step_answers]
-                decomposition.append(
-                    SubQuestion(
-                        s["question"],
-                        tuple(str(a) for a in step_answers),
-                        tuple(str(x) for x in s.get("supporting_ids", [])),
-                    )
-                )
+                if not isinstance(step_answers, list) or not all(isinstance(a, str) for a in step_answers):
+                    raise fail("must be a string or a list of strings", f"{name}.answers")
+                step_ids = s.get("supporting_ids", [])
+                if not isinstance(step_ids, list) or not all(isinstance(x, str) for x in step_ids):
+                    raise fail("must be a list of passage id strings", f"{name}.supporting_ids")
+                decomposition.append(SubQuestion(s["question"], tuple(step_answers), tuple(step_ids)))
 
         return cls(
             id=str(ex_id),

@@ -35,6 +35,7 @@ import torch
 from ragrl.errors import RagrlError
 from ragrl.llm.backend import FinishReason, Generation, SamplingParams
 from ragrl.llm.checksums import verify_checksums
+from ragrl.llm.devices import resolve_device
 from ragrl.llm.kv_cache import PrefixCache, new_cache
 from ragrl.llm.logprobs import accepts_logits_to_keep, cache_keyword, pad_batch, position_ids_from_mask
 from ragrl.llm.sampling import pick
@@ -59,15 +60,6 @@ _DTYPES = {
     "float16": torch.float16,
     "half": torch.float16,
 }
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"``: CUDA when available, else CPU."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
@@ -185,7 +177,7 @@ class TransformersBackend:
         decode: str = "auto",
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise RagrlError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODE_MODES:
             raise RagrlError(f"decode={decode!r}: use one of {', '.join(DECODE_MODES)}")
         if isinstance(model_or_path, str | Path):

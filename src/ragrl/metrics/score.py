@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,27 @@ class MetricSelection:
             m = _AT_K.match(key)
             return m is not None and int(m.group(2)) in self.base_ks
         return False
+
+
+def unscored(selection: MetricSelection, counts: Mapping[str, int]) -> dict[str, str]:
+    """The metrics ``--metrics`` named that no example could be scored on (``counts``: the summary's
+    ``n_per_metric``), each with what it reads: a metric asked for is never dropped without a word."""
+    asked = sorted(selection.names or ())
+    if "retrieval" in selection.groups and not any(_AT_K.match(k) or k in RETRIEVAL_PLAIN for k in counts):
+        asked.append("retrieval")
+    out = {}
+    for name in asked:
+        if counts.get(name):
+            continue
+        if name in SP_METRICS or name in JOINT_METRICS:
+            out[name] = "it reads the predictions' supporting_facts and the gold's supporting facts"
+        elif name.startswith("answer_recall@"):
+            out[name] = "it reads the predictions' retrieved_texts"
+        elif name == "retrieval" or name in RETRIEVAL_PLAIN or _AT_K.match(name):
+            out[name] = "it reads the predictions' retrieved_ids and the gold's supporting passage ids"
+        else:
+            out[name] = "no example was scored"
+    return out
 
 
 def valid_metric_names() -> list[str]:

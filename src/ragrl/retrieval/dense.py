@@ -94,11 +94,11 @@ def resolve_model_path(model: str | Path | None) -> tuple[str, Path | None]:
 
 
 def resolve_device(device: str | None) -> str:
-    if device in (None, "", "auto"):
-        import torch
+    """The encoder's device name (``ragrl.llm.devices``: ``auto`` picks CUDA when there is a GPU; a
+    device this machine lacks is an error naming it)."""
+    from ragrl.llm.devices import resolve_device as checked
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return str(device)
+    return str(checked(device))
 
 
 def load_encoder(path: Path | None, device: str, name: str = ""):

@@ -321,7 +321,13 @@ def build_reward(spec: Iterable[Mapping[str, Any]]) -> CompositeReward:
         if "name" not in entry:
             raise RagrlError(f"reward[{i}]: missing 'name'")
         name = str(entry.pop("name"))
-        weight = float(entry.pop("weight", 1.0))
+        raw_weight = entry.pop("weight", 1.0)
+        try:
+            weight = float(raw_weight)
+        except (TypeError, ValueError):
+            raise RagrlError(f"reward[{i}] ({name}): weight must be a number, got {raw_weight!r}") from None
+        if not math.isfinite(weight):
+            raise RagrlError(f"reward[{i}] ({name}): weight must be finite, got {raw_weight!r}")
         key = str(entry.pop("key", name))
         schedule_spec = entry.pop("schedule", None)
         step_weight_spec = entry.pop("step_weight", None)

@@ -23,6 +23,7 @@ from ragrl.data.loaders.simple import (
     BamboogleCsv,
     BamboogleJson,
     convert_flashrag,
+    finish_flashrag,
     is_bamboogle_json,
     is_flashrag,
 )
@@ -151,11 +152,11 @@ def load_dataset(
     elif fmt == "musique":
         converter, finish = convert_musique, finish_musique
     elif fmt != "bamboogle":
-        converter = convert_flashrag
+        converter, finish = convert_flashrag, finish_flashrag
     elif raw.layout == "csv":
         converter = BamboogleCsv()
     elif detected == "flashrag":
-        converter = convert_flashrag
+        converter, finish = convert_flashrag, finish_flashrag
     else:
         converter = BamboogleJson()
     examples, report = run(raw, converter, skip_invalid=skip_invalid, source=src, finish=finish)

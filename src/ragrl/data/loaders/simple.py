@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragrl.data.io import CANONICAL_FIELDS, LoadReport, not_kept
 from ragrl.data.loaders.common import Context, Loc, NotARecord, dedupe, get_str, get_str_list, require_object
 from ragrl.data.schema import Example, SubQuestion
 from ragrl.errors import DataError
@@ -23,9 +24,22 @@ CSV_QUESTION, CSV_ANSWER, CSV_ANSWER2 = 0, 4, 5
 
 def convert_flashrag(rec: Any, loc: Loc, ctx: Context) -> Example:
     try:
-        return Example.from_record(rec, path=loc.path, line=loc.line)
+        example = Example.from_record(rec, path=loc.path, line=loc.line)
     except DataError as e:
         raise DataError(e.message, path=e.path, line=e.line, field=e.field, record=loc.record) from None
+    for key in rec.keys() - CANONICAL_FIELDS:  # counted: finish_flashrag says what was not kept
+        ctx.count(f"{NOT_KEPT}{key}")
+    return example
+
+
+NOT_KEPT = "not kept:"
+
+
+def finish_flashrag(ctx: Context, report: LoadReport) -> None:
+    """One warning for each field outside the canonical record that some records held."""
+    for name, n in ctx.counters.items():
+        if name.startswith(NOT_KEPT):
+            report.warnings.append(not_kept(ctx.path, name.removeprefix(NOT_KEPT), n))
 
 
 class BamboogleCsv:
