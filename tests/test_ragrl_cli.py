@@ -187,3 +187,33 @@ def test_no_command_help_shows_docstring_markup():
     for name in names:
         result = runner.invoke(app, [*name, "--help"])
         assert result.exit_code == 0 and "``" not in result.output, (name, result.output)
+
+
+def test_only_a_path_the_user_gave_is_one_line_other_file_errors_keep_their_traceback(monkeypatch, capsys):
+    import errno
+
+    import pytest
+
+    import ragrl.cli as cli
+
+    def raising(error):
+        def app(args=None):
+            raise error
+
+        return app
+
+    for error, line in (
+        (PermissionError(errno.EACCES, "Permission denied", "/out/x.jsonl"),
+         "/out/x.jsonl: Permission denied"),
+        (IsADirectoryError(errno.EISDIR, "Is a directory", "/out/.x.tmp", None, "/out/x"),
+         "/out/x: a folder is there, where a file is to be written or read"),  # the rename's target
+    ):  # fmt: skip
+        monkeypatch.setattr(cli, "app", raising(error))
+        with pytest.raises(SystemExit) as e:
+            cli.main([])
+        assert e.value.code == 2 and " ".join(capsys.readouterr().err.split()) == f"error: {line}"
+    # a missing file ragrl did not check for, a file-system error without a path: a failure in full
+    for error in (FileNotFoundError(errno.ENOENT, "No such file", "/in"), OSError(errno.ENOSPC, "full")):
+        monkeypatch.setattr(cli, "app", raising(error))
+        with pytest.raises(type(error)):
+            cli.main([])

@@ -1,7 +1,7 @@
 """The ``ragrl`` command line. Each sub-package owns its commands; this file only mounts them.
 
-Errors caused by the user's input (``RagrlError``) are printed as one clear line and exit with
-status 2, never as a traceback.
+Errors caused by the user's input (``RagrlError``, and a file-system error about a path the user gave:
+``PATH_ERRORS``) are printed as one clear line and exit with status 2, never as a traceback.
 """
 
 from __future__ import annotations
@@ -64,33 +64,44 @@ app.command("reward-model")(reward_model)
 app.command("demo")(demo)
 
 
+PATH_ERRORS = (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError)
+"""File-system errors that are about a path the user gave (a folder where a file is to be written, a file
+where a folder is to be made, a path this user may not write), shown as one line naming it. Others (a
+missing file ragrl did not check for first, a full disk) keep their traceback."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``ragrl`` script: typer/click handle usage errors and exit codes; a
-    ``RagrlError`` (bad input) is printed as one line and exits with status 2."""
+    ``RagrlError`` (bad input) or one of ``PATH_ERRORS`` is printed as one line and exits with status 2."""
     quiet_libraries()
     try:
         app(args=argv)
     except RagrlError as e:
         console.print(styled("error:", "bold red", str(e)))
         _leave(2)
-    except OSError as e:
-        if e.filename is None:  # not about a path the user gave: a failure to show in full
-            raise
+    except PATH_ERRORS as e:
+        if not isinstance(e.filename, str | bytes | os.PathLike):  # not a path: a failure to show in full
+            _fail()
         console.print(styled("error:", "bold red", path_error(e)))
         _leave(2)
     except SystemExit as e:
         _leave(e.code)
     except BaseException:
-        if _process_group() is None:
-            raise
-        traceback.print_exc()  # a launched process still leaves its group (below) rather than abort
-        _leave(1)
+        _fail()
+
+
+def _fail() -> None:
+    """The exception being handled, in full (a bug, not bad input): raised again, or in a launched
+    process printed before it leaves its group (``_leave``) rather than abort."""
+    if _process_group() is None:
+        raise  # noqa: PLE0704 - called from the except blocks of main only
+    traceback.print_exc()
+    _leave(1)
 
 
 def path_error(e: OSError) -> str:
-    """A file-system error as one line naming the path (an output path that is a folder, a folder where
-    a file is, a path that cannot be written): the target of a rename, where there is one, rather than
-    the temporary file renamed onto it."""
+    """A file-system error as one line naming the path: the target of a rename where there is one (the
+    folder in the way of ``os.replace``), rather than the temporary file renamed onto it."""
     path = e.filename2 if e.filename2 is not None else e.filename
     what = {
         IsADirectoryError: "a folder is there, where a file is to be written or read",

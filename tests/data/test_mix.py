@@ -50,3 +50,17 @@ def test_the_cli_writes_the_mix_and_a_disjoint_validation_set(tmp_path):
     got_train, got_val = read_examples(train)[0], read_examples(val)[0]
     assert len(got_train) == 12 and len(got_val) == 13
     assert not {e.id for e in got_train} & {e.id for e in got_val}
+
+
+def test_a_field_a_mix_does_not_keep_is_said_on_the_command_line(tmp_path):
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"id": "a0", "question": "Q?", "golden_answers": ["x"], "hops": 2}\n')
+    heard = []
+    (ex,) = mix([(a, None)], seed=0, on_warning=heard.append)
+    assert "hops" not in ex.metadata and len(heard) == 1
+    assert heard[0].startswith(f"{a}: field 'hops' is not part of a canonical record")
+    result = CliRunner().invoke(app, ["data", "mix", "--take", str(a), "--out", str(tmp_path / "m.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "warning: " in result.output and "field 'hops' is not part of a canonical record" in " ".join(
+        result.output.split()
+    )

@@ -281,3 +281,6 @@ def test_counts_and_bm25_parameters_out_of_range_are_usage_errors(built, tmp_pat
     assert e.value.code == 2
     assert "error: device 'banana': not a device name (auto, cpu, cuda, cuda:N)" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # refused before the build began
+    assert runner.invoke(app, [*dense, "--device", "cpu"]).exit_code == 0
+    result = runner.invoke(app, ["search", str(tmp_path / "d"), "mountain", "--device", "banana"])
+    assert result.exit_code != 0 and "device 'banana': not a device name" in str(result.exception)

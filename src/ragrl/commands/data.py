@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ragrl.console import console
+from ragrl.console import console, styled
 from ragrl.data.convert import convert as convert_dataset
 from ragrl.data.loaders import FORMATS, load_dataset
 from ragrl.data.stats import compute_stats, print_stats
@@ -80,7 +80,9 @@ def mix(
     from ragrl.data.mix import parse_take
 
     ids = [ex.id for path in exclude for ex in read_examples(path)[0]]
-    examples = make_mix([parse_take(t) for t in take], seed, ids)
+    examples = make_mix(
+        [parse_take(t) for t in take], seed, ids, lambda w: console.print(styled("warning:", "yellow", w))
+    )
     write_examples(out, examples)
     counts: dict[str, int] = {}
     for ex in examples:

@@ -180,6 +180,10 @@ def eval_command(
 
     get_variant(variant)
     method_obj = load_method(method, set_ or [])
+    if demonstrator is None and backend == "transformers":  # the device, before the data and the index
+        from ragrl.llm.devices import resolve_device
+
+        resolve_device(device)
     examples = method_obj.prepare_examples(_load_examples(data, n), str(data))
     if not examples:
         raise RagrlError(f"{data}: no question is left after {method_obj.name}'s preparation")

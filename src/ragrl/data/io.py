@@ -60,7 +60,9 @@ class LoadReport:
             shown = ", ".join(places[:SHOWN_PLACES]) + (f", and {more} more" if more > 0 else "")
             lines.append(f"  skipped {len(places)} x {reason} ({shown})")
         if self.warnings:
-            lines.append(f"  {len(self.warnings)} warnings, first: {self.warnings[0]}")
+            lines += [f"  warning: {w}" for w in self.warnings[:SHOWN_PLACES]]
+            if len(self.warnings) > SHOWN_PLACES:
+                lines.append(f"  and {len(self.warnings) - SHOWN_PLACES} more warnings")
         return "\n".join(lines)
 
 
@@ -186,7 +188,10 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "wb
     place: a reader sees the old file or the whole new one, never a part; a failure leaves no trace."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except PermissionError as e:  # named as the file asked for, not the temporary one beside it
+        raise PermissionError(e.errno, e.strerror, str(p)) from None
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
@@ -247,7 +252,7 @@ def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list
     report = LoadReport(str(path))
     examples: list[Example] = []
     seen: dict[str, int] = {}
-    extra: dict[str, list[int]] = {}
+    extra: dict[str, tuple[int, int]] = {}  # a field outside the canonical record: records, first line
     for lineno, record in iter_jsonl(path, on_error="yield"):
         try:
             if isinstance(record, DataError):
@@ -267,10 +272,12 @@ def read_examples(path: str | Path, *, skip_invalid: bool = False) -> tuple[list
             continue
         seen[ex.id] = lineno
         examples.append(ex)
-        for key in record.keys() - CANONICAL_FIELDS:
-            extra.setdefault(key, []).append(lineno)
-    for key, lines in extra.items():  # a field the canonical record has no place for is not kept: said so
-        report.warnings.append(not_kept(path, key, len(lines), f"first on line {lines[0]}"))
+        if not record.keys() <= CANONICAL_FIELDS:
+            for key in record.keys() - CANONICAL_FIELDS:
+                count, first = extra.get(key, (0, lineno))
+                extra[key] = (count + 1, first)
+    for key, (count, first) in extra.items():  # a field a canonical record has no place for: said so
+        report.warnings.append(not_kept(path, key, count, f"first on line {first}"))
     report.read = len(examples)
     return examples, report
 

@@ -7,7 +7,7 @@ mix drawn after the training mix never shares a question with it)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ragrl.data.io import read_examples
@@ -25,14 +25,23 @@ def parse_take(spec: str) -> tuple[Path, int | None]:
     return Path(path), int(count)
 
 
-def mix(sources: Sequence[tuple[Path, int | None]], seed: int, exclude: Iterable[str] = ()) -> list[Example]:
+def mix(
+    sources: Sequence[tuple[Path, int | None]],
+    seed: int,
+    exclude: Iterable[str] = (),
+    on_warning: Callable[[str], None] | None = None,
+) -> list[Example]:
     """``n`` questions drawn without replacement from each source (all when ``n`` is None), in a seeded
     order; the mix is shuffled with the same seed. Each question's ``metadata["mix_source"]`` names its
-    file."""
+    file. ``on_warning`` hears what reading a source reported (a field a canonical record does not
+    keep)."""
     rng = random.Random(seed)
     excluded, seen, out = set(exclude), {}, []
     for path, n in sources:
-        examples = [ex for ex in read_examples(path)[0] if ex.id not in excluded]
+        examples, report = read_examples(path)
+        for warning in report.warnings if on_warning is not None else ():
+            on_warning(warning)
+        examples = [ex for ex in examples if ex.id not in excluded]
         if n is not None and n > len(examples):
             raise RagrlError(f"{path}: asked for {n} questions, it has {len(examples)} (after exclusions)")
         picked = rng.sample(examples, n) if n is not None else list(examples)

@@ -388,6 +388,7 @@ class DenseRetriever:
         if manifest["type"] != cls.kind:
             raise RagrlError(f"{d}: is a {manifest['type']!r} index, not a dense index")
         require_files(d, _INDEX_NAME)
+        device = resolve_device(device)  # before the index and its corpus are read
         params = manifest["params"]
         faiss = import_faiss()
         try:
@@ -404,7 +405,6 @@ class DenseRetriever:
                 f"{len(passages)} passages; rebuild the index"
             )
         name, path = resolve_model_path(model if model is not None else params.get("model"))
-        device = resolve_device(device)
         encoder = load_encoder(path, device, name)
         dim = encoder_dim(encoder)
         if dim is not None and dim != index.d:
