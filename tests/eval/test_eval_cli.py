@@ -55,6 +55,9 @@ def test_oracle_demonstrator_scores_as_expected(world_dir, tmp_path):
     method = load_method(str(tmp_path / "oracle" / "config.yaml"))
     assert method.name == "search_r1" and method.resolved_yaml() == saved
     assert "long_questions:" in saved and "max_question_chars:" in saved  # defaults the file does not set
+    (env,) = json.loads((tmp_path / "oracle" / "environment.json").read_text())  # where the scores came from
+    assert env["step"] == 0 and env["versions"]["torch"]
+    assert any(p.startswith("torch==") for p in env["packages"])
 
 
 def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp_path):

@@ -46,9 +46,11 @@ def test_train_writes_the_run_folder_and_resumes(world_dir, tmp_path):
     summary = summary_of(result.stdout)
     assert summary["steps"] == 1 and summary["n_eval"] == 3
     assert "step 1/1 TRAIN reward" in result.stderr  # a log (not a terminal) gets one line per step
-    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png"):
+    files = ("config.yaml", "environment.json", "metrics.jsonl", "samples.jsonl", "summary.json", "report.md")
+    for name in (*files, "curves.png"):
         assert (out / name).is_file(), name
     assert "steps: 1" in (out / "config.yaml").read_text()  # the resolved config, overrides applied
+    assert "## Environment" in (out / "report.md").read_text()
 
     again = runner.invoke(app, args)
     assert again.exit_code != 0 and "--resume latest" in str(again.exception)
@@ -60,6 +62,10 @@ def test_train_writes_the_run_folder_and_resumes(world_dir, tmp_path):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     # eval before, step 1, the first run's eval after step 1, then the resumed step 2 and its eval after
     assert steps == [0, 1, 1, 2, 2]
+    starts = json.loads((out / "environment.json").read_text())  # the first start and the resume's
+    assert [s["step"] for s in starts] == [0, 1]
+    assert starts[0]["packages_sha256"] == starts[1]["packages_sha256"]
+    assert "another environment" not in result.stderr
 
 
 def test_train_on_two_processes_is_one_run(world_dir, tmp_path):
@@ -185,6 +191,9 @@ def test_demo_end_to_end_on_a_tiny_budget(tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["split"] == "facts" and summary["copy_steps"] == 3 and summary["base"] is None
+    # where the numbers came from: the GRPO run's start and the warm start's, each beside its metrics
+    for folder in (out, out / "warm_start"):
+        assert [s["step"] for s in json.loads((folder / "environment.json").read_text())] == [0]
     assert json.loads((out / "tiny-policy" / "ragrl_tiny.json").read_text())["copy_pretraining"]["steps"] == 3
     rows = summary["held_out"]
     assert list(rows) == [

@@ -106,7 +106,8 @@ def test_a_toy_base_is_built_validated_and_checked_on_load(toy_base):
     assert set(manifest["validation_curve_em_answerable"]) == {"0", "1", "2", "3"}  # every quarter
     assert manifest["command"] == "ragrl model reader --worlds 2 --steps 3"
     assert manifest["weights_sha256"] == file_sha256(out / "model.safetensors")
-    assert {"torch", "transformers", "tokenizers", "torch_threads"} <= set(manifest["environment"])
+    assert {"torch", "transformers", "tokenizers"} <= set(manifest["environment"]["versions"])
+    assert manifest["environment"]["torch_threads"] >= 1 and manifest["environment"]["cpu_capability"]
     assert json.loads((out / "ragrl_reader.json").read_text())["recipe"]["steps"] == 3
     assert not (out.parent / ".base.work").exists()  # the scratch folder is gone
     files = {line.split("  ")[1] for line in (out / SUMS).read_text().splitlines()}

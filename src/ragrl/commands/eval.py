@@ -297,6 +297,7 @@ def eval_command(
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     from ragrl.data.io import write_jsonl
+    from ragrl.llm.environment import record_environment
 
     write_jsonl(
         out / "predictions.jsonl", ({"id": r["id"], "prediction": r["prediction"] or ""} for r in report.rows)
@@ -306,6 +307,7 @@ def eval_command(
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
     (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
+    record_environment(out / "environment.json")  # the machine, libraries and commit the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))

@@ -48,7 +48,7 @@ def _policy_run(config: str, overrides: list[str] | None, out: Path | None, resu
 
 RUN_FILES = (
     "metrics.jsonl", "samples.jsonl", "summary.json", "report.md", "curves.png", "config.yaml",
-    "checkpoints", "policy", "best",
+    "environment.json", "checkpoints", "policy", "best",
 )  # fmt: skip
 """What a run writes in its folder (a restart clears these and nothing else)."""
 

@@ -26,6 +26,7 @@ from ragrl.console import console, progress_bar
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
 from ragrl.eval.runner import evaluate
+from ragrl.llm.environment import record_environment
 from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.llm.logprobs import token_logprobs
 from ragrl.retrieval.base import Retriever
@@ -361,7 +362,9 @@ class Trainer:
             ckpt = self.load(resume)
             if self.acc.is_main_process:
                 console.print(f"resumed from {ckpt} at step {self.step_count}")
-        elif not self.evals:
+        if self.acc.is_main_process:  # what its numbers depend on beyond the config (a resume adds a start)
+            record_environment(self.run_dir / "environment.json", step=self.step_count)
+        if resume is None and not self.evals:
             self.evaluate("before")
         stop = total if until is None else min(until, total)
         with progress_bar(disable=not self.acc.is_main_process) as bar:

@@ -38,6 +38,7 @@ from typing import Any
 from ragrl.console import console
 from ragrl.errors import RagrlError
 from ragrl.llm.checksums import file_sha256, write_checksums
+from ragrl.llm.environment import environment
 from ragrl.train.from_base import base_demonstrator, base_overrides
 from ragrl.train.reader_worlds import choose_worlds, world_texts
 
@@ -393,36 +394,6 @@ def pretrain_reader(
     built.rename(out)
     shutil.rmtree(work, ignore_errors=True)
     return manifest
-
-
-def environment() -> dict[str, Any]:
-    """What a rebuild must match to reproduce the weights: library versions, threads, the code's commit."""
-    import platform
-    import subprocess
-
-    import tokenizers
-    import torch
-    import transformers
-
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "tokenizers": tokenizers.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "machine": platform.machine(),
-        "git_commit": commit or None,
-    }
 
 
 def resolve_base(name: str | Path | None) -> Path | None:

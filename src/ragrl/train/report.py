@@ -9,6 +9,7 @@ A run folder holds ``metrics.jsonl``, one JSON object per line with ``kind`` ("t
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from ragrl.data.io import iter_jsonl
 from ragrl.errors import DataError
+from ragrl.llm.environment import describe
 from ragrl.rollout.records import read_trajectories
 from ragrl.rollout.trajectory import Trajectory
 
@@ -105,6 +107,7 @@ def write_report(
         out += _table(["metric", "value"], [[k, f"{v:.4g}"] for k, v in numbers])
     if (run_dir / config_name).exists():
         out += ["## Config", "", f"Resolved config: [{config_name}]({config_name})", ""]
+    out += _environment(run_dir / "environment.json")
     samples_path = run_dir / samples_name
     if samples_path.exists() and n_samples > 0:
         out += ["## Sample trajectories", ""]
@@ -113,6 +116,20 @@ def write_report(
     report = run_dir / "report.md"
     report.write_text("\n".join(out), encoding="utf-8")
     return report
+
+
+def _environment(path: Path) -> list[str]:
+    """The report's lines on where the run ran: one per start (``ragrl.llm.environment``)."""
+    if not path.exists():
+        return []
+    try:
+        starts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return ["## Environment", "", f"_{path.name} is unreadable: {err}_", ""]
+    if not isinstance(starts, list):
+        return ["## Environment", "", f"_{path.name} is not a list of starts_", ""]
+    lines = [f"- step {s.get('step')}: {describe(s)}" for s in starts if isinstance(s, dict)]
+    return ["## Environment", "", *lines, "", f"Every installed package: [{path.name}]({path.name})", ""]
 
 
 # -- plotting -------------------------------------------------------------------------------------

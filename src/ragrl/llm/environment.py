@@ -1,0 +1,154 @@
+"""What a run's numbers depend on beyond its config and seed: the machine, the libraries and the code.
+
+One config and seed give the same numbers in one environment; across environments, floating-point
+rounding (the CPU's kernels, a library's version) can change them (docs/training.md, "Reproducibility").
+``environment()`` records what to compare when two runs disagree. Every training run and every ``ragrl
+eval`` writes it into its folder's ``environment.json``: the CPU and the instruction set torch's kernels
+use, the GPU, the key libraries' versions, the code's commit and every installed distribution (as ``pip
+freeze`` lists them), so two folders are compared with ``diff``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+KEY_LIBRARIES = ("ragrl", "torch", "transformers", "tokenizers", "accelerate", "numpy", "bm25s", "faiss-cpu")
+"""The distributions whose versions are listed by name (every installed one is in ``packages``)."""
+
+
+def installed_packages() -> list[str]:
+    """Every installed distribution as ``name==version``, sorted by name (what ``pip freeze`` lists)."""
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(name.lower(), f"{name}=={dist.version}")
+    return [found[name] for name in sorted(found)]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's ``/proc/cpuinfo``; elsewhere what ``platform`` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit() -> str | None:
+    """The commit of ragrl's source when it runs from a git checkout (``-dirty`` when files differ)."""
+    here = Path(__file__).parents[1]  # the ragrl package: its files decide the commit's code
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        if not commit:
+            return None
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
+            cwd=here, capture_output=True, text=True, timeout=10,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}-dirty" if changed else commit
+
+
+def environment() -> dict[str, Any]:
+    """The machine, the libraries and the code of this process (see the module docstring)."""
+    import torch
+
+    packages = installed_packages()
+    versions = {}
+    for name in KEY_LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    gpu = None
+    if torch.cuda.is_available():
+        gpu = {
+            "name": torch.cuda.get_device_name(0),
+            "count": torch.cuda.device_count(),
+            "cuda": torch.version.cuda,
+        }
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the kernels torch dispatches to
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": gpu,
+        "versions": versions,
+        "git_commit": git_commit(),
+        "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest(),
+        "packages": packages,
+    }
+
+
+def describe(env: dict[str, Any]) -> str:
+    """One line of an environment record for a report: CPU, instruction set, torch, commit."""
+    versions = env.get("versions") or {}
+    gpu = env.get("gpu") or {}
+    parts = [
+        f"{env.get('cpu')} ({env.get('cpu_capability')}, {env.get('cpus')} CPUs, "
+        f"{env.get('torch_threads')} threads)",
+        f"GPU {gpu['name']}" if gpu else "no GPU",
+        f"torch {versions.get('torch')}",
+        f"transformers {versions.get('transformers')}",
+        f"commit {(env.get('git_commit') or 'unknown')[:12]}",
+        f"packages {str(env.get('packages_sha256'))[:12]}",
+    ]
+    return ", ".join(parts)
+
+
+COMPARED = ("cpu", "cpu_capability", "torch_threads", "gpu", "git_commit", "packages_sha256")
+"""What a resumed run's new environment is compared on with the one it resumes from."""
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The fields of ``COMPARED`` (and the key libraries' versions) that differ, as ``name: a -> b``."""
+    found = [f"{k}: {before.get(k)} -> {after.get(k)}" for k in COMPARED if before.get(k) != after.get(k)]
+    old, new = before.get("versions") or {}, after.get("versions") or {}
+    found += [f"{k}: {old.get(k)} -> {new.get(k)}" for k in KEY_LIBRARIES if old.get(k) != new.get(k)]
+    return found
+
+
+def record_environment(path: str | Path, *, step: int = 0) -> dict[str, Any]:
+    """Write this process's environment, started at ``step``, into ``path``: a list of the run's starts.
+    A run started afresh (``step`` 0) writes a list of one; a resumed one adds its record and warns when
+    its environment differs from the previous start's (its numbers may then differ from an uninterrupted
+    run's). Returns the record."""
+    from ragrl.console import console
+
+    path = Path(path)
+    starts: list[dict[str, Any]] = []
+    if step and path.exists():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            loaded = None
+            console.print(f"warning: {path}: unreadable ({err}); it now holds this start only")
+        if isinstance(loaded, list) and all(isinstance(r, dict) for r in loaded):
+            starts = loaded
+        elif loaded is not None:
+            console.print(f"warning: {path}: not a list of starts; it now holds this start only")
+    record = {"step": step, **environment()}
+    if starts and (differ := changes(starts[-1], record)):
+        console.print(
+            f"warning: resumed at step {step} in another environment than step {starts[-1].get('step')}'s "
+            f"({'; '.join(differ)}); its numbers may differ from an uninterrupted run's"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([*starts, record], indent=2) + "\n", encoding="utf-8")
+    return record
