@@ -134,6 +134,31 @@ def test_read_corpus_formats(tmp_path):
         read_corpus(jl)
 
 
+def test_a_title_beside_contents_is_kept(tmp_path):
+    """``{id, title, contents}``: FlashRAG's ``contents`` whose first line is that title splits as usual;
+    ``contents`` that does not begin with the title is the body under it (the title used to be dropped)."""
+    jl = tmp_path / "c.jsonl"
+    records = [
+        {"id": "0", "title": "Paris", "contents": "Paris\nThe capital of France."},
+        {"id": "1", "title": "Berlin", "contents": "The capital of Germany.\nIt lies on the Spree."},
+        {"id": "2", "title": " ", "contents": "Rome\nThe capital of Italy."},
+    ]
+    _write(jl, [json.dumps(r) for r in records])
+    passages, _ = read_corpus(jl)
+    assert passages == [
+        Passage("0", "Paris", "The capital of France."),
+        Passage("1", "Berlin", "The capital of Germany.\nIt lies on the Spree."),
+        Passage("2", "Rome", "The capital of Italy."),  # a blank title is no title
+    ]
+    _write(jl, [json.dumps({"id": "0", "title": 3, "contents": "T\nbody"})])
+    with pytest.raises(DataError, match="c.jsonl:1: field 'title': must be a string"):
+        read_corpus(jl)
+    # a question's own passages read the same way
+    given = records[:2]
+    record = {"id": "q", "question": "q?", "golden_answers": ["a"], "metadata": {"passages": given}}
+    assert Example.from_record(record).passages == passages[:2]
+
+
 def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported(tmp_path):
     jl = tmp_path / "c.jsonl"
     empty = [

@@ -304,7 +304,10 @@ def _passage_fields(record: Any, path: str, line: int) -> Passage:
             raise DataError("missing", path=path, line=line, field="id")
         if not isinstance(record["contents"], str):
             raise DataError("must be a string", path=path, line=line, field="contents")
-        return Passage.from_contents(str(record["id"]), record["contents"])
+        title = record.get("title")
+        if title is not None and not isinstance(title, str):
+            raise DataError("must be a string", path=path, line=line, field="title")
+        return Passage.from_contents(str(record["id"]), record["contents"], title)
     if "text" in record:
         if not isinstance(record["text"], str):
             raise DataError("must be a string", path=path, line=line, field="text")

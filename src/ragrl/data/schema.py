@@ -55,10 +55,15 @@ class Passage:
         return cls(passage_id(title, text), title, text)
 
     @classmethod
-    def from_contents(cls, id: str, contents: str) -> Passage:
-        """Split FlashRAG's ``contents`` (``"title\\ntext"``) into title and text."""
-        title, _, text = contents.partition("\n")
-        return cls(str(id), title.strip().strip('"'), text.strip())
+    def from_contents(cls, id: str, contents: str, title: str | None = None) -> Passage:
+        """Split FlashRAG's ``contents`` (``"title\\ntext"``) into title and text. A ``title`` given
+        beside it that is not the contents' first line makes the whole contents the text under that
+        title (nothing is dropped); a blank one is no title."""
+        first, _, text = contents.partition("\n")
+        passage = cls(str(id), first.strip().strip('"'), text.strip())
+        if title is None or not title.strip() or title.strip() == passage.title:
+            return passage
+        return cls(str(id), title.strip(), contents.strip())
 
     @property
     def contents(self) -> str:
@@ -168,10 +173,12 @@ class Example:
                 name = f"metadata.passages[{i}]"
                 if not isinstance(p, dict):
                     raise fail("must be an object", name)
-                if "contents" in p and "title" not in p:
+                if "contents" in p:
                     if "id" not in p:
                         raise fail("missing", f"{name}.id")
-                    passages.append(Passage.from_contents(p["id"], str(p["contents"])))
+                    if p.get("title") is not None and not isinstance(p["title"], str):
+                        raise fail("must be a string", f"{name}.title")
+                    passages.append(Passage.from_contents(p["id"], str(p["contents"]), p.get("title")))
                     continue
                 for key in ("id", "title", "text"):
                     if not isinstance(p.get(key), str):
