@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
@@ -36,6 +38,12 @@ def test_bad_mixes_name_the_file(tmp_path):
         mix([(a, None), (a, None)], seed=0)
     assert parse_take("x/y.jsonl:12") == (tmp_path.__class__("x/y.jsonl"), 12)
     assert parse_take("C:/data.jsonl")[1] is None
+    for bad, says in ((f"{a}:-3", "the count must be >= 1"), (f"{a}:0", "the count must be >= 1"),
+                      (f"{a}:abc", "not FILE:N")):  # fmt: skip
+        with pytest.raises(RagrlError, match=f"--take {re.escape(bad)}: {says}"):
+            parse_take(bad)
+    odd = _file(tmp_path / "a:2.jsonl", "odd", 2)  # a file whose name holds a ':' is taken whole
+    assert parse_take(str(odd)) == (odd, None)
 
 
 def test_the_cli_writes_the_mix_and_a_disjoint_validation_set(tmp_path):

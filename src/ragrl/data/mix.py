@@ -7,6 +7,7 @@ mix drawn after the training mix never shares a question with it)."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -16,13 +17,18 @@ from ragrl.errors import RagrlError
 
 
 def parse_take(spec: str) -> tuple[Path, int | None]:
-    """``FILE:N`` (N questions of FILE) or ``FILE`` (all of them)."""
+    """``FILE:N`` (N questions of FILE) or ``FILE`` (all of them; a file whose name holds a ``:`` is
+    taken whole when it exists)."""
     path, sep, count = spec.rpartition(":")
-    if not sep or not count.isdigit():
+    if not sep or Path(spec).exists():
         return Path(spec), None
-    if int(count) < 1:
-        raise RagrlError(f"--take {spec}: the count must be >= 1")
-    return Path(path), int(count)
+    if re.fullmatch(r"\s*[+-]?\d+\s*", count):
+        if int(count) < 1:
+            raise RagrlError(f"--take {spec}: the count must be >= 1")
+        return Path(path), int(count)
+    if Path(path).is_file():  # FILE:something that is not a count
+        raise RagrlError(f"--take {spec}: not FILE:N (what follows the last ':' is not a whole number)")
+    return Path(spec), None  # a path with a ':' (C:/data.jsonl); reading it names it when it is missing
 
 
 def mix(
