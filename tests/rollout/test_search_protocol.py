@@ -126,6 +126,13 @@ def test_config_from_path_and_errors(tmp_path):
         load_method_config("nope")
     with pytest.raises(RagrlError, match="no such config file"):
         load_method_config(tmp_path / "missing.yaml")
+    with pytest.raises(RagrlError, match=f"{tmp_path}: a folder, not a config file$"):
+        load_method_config(tmp_path)
+    (tmp_path / "config.yaml").write_text("method: search_r1\n")  # a run folder: its config is named
+    with pytest.raises(
+        RagrlError, match=f"a folder, not a config file; its resolved config is {tmp_path}/config.yaml"
+    ):
+        load_method_config(str(tmp_path))
     with pytest.raises(RagrlError, match="key.path=value"):
         load_method_config("search_r1", ["rollout.max_turns"])
     with pytest.raises(RagrlError, match="rollout.bogus|bogus"):

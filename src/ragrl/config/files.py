@@ -55,6 +55,10 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
     where: str
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(name_or_path):
+        if p.is_dir():
+            inside = p / "config.yaml"
+            hint = f"; its resolved config is {inside}" if inside.is_file() else ""
+            raise RagrlError(f"{p}: a folder, not a config file{hint}")
         if not p.is_file():
             raise RagrlError(f"{p}: no such config file")
         text, where = read_text(p), str(p)
