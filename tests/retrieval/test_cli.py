@@ -205,6 +205,43 @@ def test_index_without_corpus_is_a_clear_error(tmp_path):
     assert "give at least one CORPUS file" in str(result.exception) + result.output
 
 
+def test_a_failed_build_leaves_nothing_half_made(built, tmp_path):
+    """Bad input found during a build (an empty corpus, an unknown BM25 method) used to leave
+    ``OUT/.build/``; now nothing is left, and an index rebuilt in place keeps its old files."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for args, says in (
+        ([str(empty)], "cannot build a BM25 index from an empty corpus"),
+        ([str(built / "c1.jsonl"), "--bm25-method", "nope"], "unknown BM25 method 'nope'"),
+    ):
+        result = runner.invoke(app, ["index", *args, "--out", str(tmp_path / "idx")])
+        assert result.exit_code != 0 and says in str(result.exception), result.output
+        assert not (tmp_path / "idx").exists()
+    again = tmp_path / "again"
+    assert runner.invoke(app, ["index", str(built / "c1.jsonl"), "--out", str(again)]).exit_code == 0
+    before = sorted(p.name for p in again.iterdir())
+    assert runner.invoke(
+        app, ["index", str(built / "c1.jsonl"), "--out", str(again), "--bm25-method", "x"]
+    ).exit_code
+    assert sorted(p.name for p in again.iterdir()) == before and ".build" not in before
+
+
+def test_an_option_the_chosen_retriever_does_not_read_is_refused(built, tmp_path):
+    corpus = str(built / "c1.jsonl")
+    for args, says in (
+        (["--device", "cuda", "--model", "x"],
+         "not read by a bm25 index: --model (for dense or hybrid), --device (for dense or hybrid)"),
+        (["--retriever", "dense", "--k1", "2", "--no-stem"],
+         "not read by a dense index: --k1 (for bm25 or hybrid), --stem (for bm25 or hybrid)"),
+        (["--rrf-k", "30"], "not read by a bm25 index: --rrf-k (for hybrid)"),
+    ):  # fmt: skip
+        result = runner.invoke(app, ["index", corpus, "--out", str(tmp_path / "i"), *args])
+        assert result.exit_code != 0 and str(result.exception) == says, result.output
+    assert not any(tmp_path.iterdir())
+    result = runner.invoke(app, ["index", corpus, "--out", str(tmp_path / "i"), "--k1", "1.2", "--no-stem"])
+    assert result.exit_code == 0, result.output  # BM25's own options are read
+
+
 def test_an_approximate_dense_index_from_the_cli_resumes_a_killed_build_and_reports_recall(
     tmp_path, monkeypatch
 ):

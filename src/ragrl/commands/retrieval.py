@@ -66,7 +66,34 @@ def _read_corpora(paths: list[Path], folder: Path):
     return PassageStore.open(folder)
 
 
+USED_BY = {
+    **dict.fromkeys(
+        ("model", "query_prefix", "passage_prefix", "batch_size", "device", "index_spec", "train_size",
+         "max_length", "nprobe", "ef_search", "rerank", "shard_size"),
+        ("dense", "hybrid"),
+    ),
+    **dict.fromkeys(("bm25_method", "k1", "b", "stem"), ("bm25", "hybrid")),
+    **dict.fromkeys(("rrf_k", "depth"), ("hybrid",)),
+}  # fmt: skip
+"""Which ``--retriever`` reads each option of ``ragrl index``; one given for another is refused, never
+silently ignored."""
+
+
+def _refuse_unused(ctx: typer.Context, retriever: str) -> None:
+    """A ``USED_BY`` option given on the command line for a retriever that does not read it (the source
+    is compared by name: typer carries its own copy of click's ``ParameterSource``)."""
+
+    def given(name: str) -> bool:
+        return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+
+    unused = [name for name, kinds in USED_BY.items() if retriever not in kinds and given(name)]
+    if unused:
+        named = ", ".join(f"--{name.replace('_', '-')} (for {' or '.join(USED_BY[name])})" for name in unused)
+        raise RagrlError(f"not read by a {retriever} index: {named}")
+
+
 def index(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
     corpus: Annotated[
         list[Path] | None,
@@ -165,6 +192,7 @@ def index(
     from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
 
     resumable = (out / BUILD_FOLDER).is_dir()  # a killed dense build: its shards are kept
+    _refuse_unused(ctx, retriever.value)
     if recall_check and retriever is RetrieverKind.bm25:
         raise RagrlError("--recall-check measures a dense index against exact search: use --retriever dense")
     if index_type is not IndexType.flat and retriever is RetrieverKind.bm25:
@@ -196,8 +224,6 @@ def index(
         from ragrl.retrieval.dense import resolve_device
 
         resolve_device(device)
-    passages = _read_corpora(corpus, out / BUILD_FOLDER / "corpus") if not comp_dirs else None
-    (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
 
     def build_bm25():
         from ragrl.retrieval.bm25 import BM25Retriever
@@ -228,21 +254,29 @@ def index(
             max_length=max_length,
         )
 
-    if retriever is RetrieverKind.bm25:
-        built: Any = build_bm25()
-    elif retriever is RetrieverKind.dense:
-        built = build_dense()
-    else:
-        from ragrl.retrieval.hybrid import HybridRetriever
+    existed = out.exists()
+    try:
+        passages = _read_corpora(corpus, out / BUILD_FOLDER / "corpus") if not comp_dirs else None
+        (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
 
-        if comp_dirs:
-            a, bb = (load_retriever(d, device=device, batch_size=batch_size) for d in comp_dirs)
+        if retriever is RetrieverKind.bm25:
+            built: Any = build_bm25()
+        elif retriever is RetrieverKind.dense:
+            built = build_dense()
         else:
-            a, bb = build_bm25(), build_dense()
-        built = HybridRetriever(a, bb, rrf_k=rrf_k, depth=depth)
-        if passages is None:
-            passages = getattr(a, "passages", [])
-    built.save(out)
+            from ragrl.retrieval.hybrid import HybridRetriever
+
+            if comp_dirs:
+                a, bb = (load_retriever(d, device=device, batch_size=batch_size) for d in comp_dirs)
+            else:
+                a, bb = build_bm25(), build_dense()
+            built = HybridRetriever(a, bb, rrf_k=rrf_k, depth=depth)
+            if passages is None:
+                passages = getattr(a, "passages", [])
+        built.save(out)
+    except Exception:  # bad input or a failed build: nothing half-made is left, but encoded shards
+        _after_failed_build(out, existed)
+        raise
     shutil.rmtree(out / BUILD_FOLDER, ignore_errors=True)
     elapsed = time.perf_counter() - t0
     n = len(passages) if passages is not None else 0
@@ -253,6 +287,23 @@ def index(
     )
     if recall_check:
         _recall_check(built, out, recall_check)
+
+
+def _after_failed_build(out: Path, existed: bool) -> None:
+    """Clean up after a build that raised: a dense build's finished shards stay (the same command
+    resumes from them, as after a kill) and are named; anything else in ``out/.build`` goes, and so does
+    ``out`` when this build made it and left it empty."""
+    work = out / BUILD_FOLDER
+    shards = sorted((work / "shards").glob("*")) if (work / "shards").is_dir() else []
+    if shards:
+        console.print(
+            f"{work}: {len(shards)} encoded shard file(s) kept; the same command resumes from them "
+            "(delete the folder to start afresh)"
+        )
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
 
 
 def _recall_check(built: Any, out: Path, n: int) -> None:
