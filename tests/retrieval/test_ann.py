@@ -186,3 +186,25 @@ def test_build_from_shards_trains_on_the_sample_it_draws_and_checks_the_shards_t
     assert np.array_equal(index.quantizer.reconstruct_n(0, 4), reference.quantizer.reconstruct_n(0, 4))
     with pytest.raises(RagrlError, match="IVF4,Flat: the shards hold 700 vectors, expected 1,000"):
         ann.build_from_shards(faiss, "IVF4,Flat", 8, shards[:2], total=1000, train_size=200)
+
+
+def test_a_small_training_sample_is_one_warning_not_faiss_s_lines_per_sub_quantizer(capfd):
+    """faiss prints ``WARNING clustering N points to K centroids`` from C++ once per k-means: 16 lines for
+    a 16-sub-quantizer PQ on a small corpus. ragrl says it once; a sample smaller than a k-means' centroid
+    count is faiss's error alone, with no warning before it."""
+    import faiss
+
+    vectors = np.random.default_rng(0).standard_normal((300, 32), dtype=np.float32)
+    index, _ = ann.build_from_shards(faiss, "IVF4,PQ16x4fsr", 32, [lambda: vectors], total=300)
+    assert index.ntotal == 300
+    err = capfd.readouterr().err
+    assert "WARNING clustering" not in err
+    assert err.count("warning:") == 1 and (
+        "warning: IVF4,PQ16x4fsr: trained on 300 vectors where faiss asks for 624 (39 for each of the 16 "
+        "centroids of its 16 PQ sub-quantizers)"
+    ) in err
+    ann.build_from_shards(faiss, "IVF4,Flat", 32, [lambda: vectors], total=300)  # 300 >= 4 x 39: silent
+    assert capfd.readouterr().err == ""
+    with pytest.raises(RagrlError, match=r"IVF1,PQ16x4fsr: faiss cannot train it on 8 vectors"):
+        ann.build_from_shards(faiss, "IVF1,PQ16x4fsr", 32, [lambda: vectors[:8]], total=8)
+    assert capfd.readouterr().err == ""

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ragrl.console import console
 from ragrl.data.schema import Passage
 from ragrl.errors import RagrlError
 
@@ -90,6 +91,37 @@ def _faiss_message(e: BaseException) -> str:
     return what[1] if what else first
 
 
+def _clusterings(faiss: Any, index: Any) -> list[tuple[str, int, Any]]:
+    """``(what, k, ClusteringParameters)`` of each k-means the index's training runs: an IVF's lists and
+    a product quantizer's sub-quantizers (an OPQ rotation's own quantizer is not looked into)."""
+    try:
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:  # not an IVF index
+        ivf = None
+    found = [(f"each of its {ivf.nlist} lists", ivf.nlist, ivf.cp)] if ivf is not None else []
+    pq = getattr(ivf if ivf is not None else faiss.downcast_index(index), "pq", None)
+    if pq is not None and hasattr(pq, "cp"):
+        found.append((f"each of the {pq.ksub} centroids of its {pq.M} PQ sub-quantizers", pq.ksub, pq.cp))
+    return found
+
+
+def _one_sample_warning(faiss: Any, index: Any, spec: str, n: int) -> None:
+    """faiss warns from C++ once a k-means (for a PQ: once per sub-quantizer, 16 lines and more) when
+    its sample is under 39 vectors a centroid; ragrl says it once, in its own words, and quiets faiss's.
+    A sample smaller than a k-means' centroids is faiss's error, which the caller reports."""
+    clusterings = _clusterings(faiss, index)
+    fails = any(n < k for _, k, _ in clusterings)  # faiss's error follows: no warning before it
+    for what, k, cp in clusterings:
+        wanted = k * cp.min_points_per_centroid
+        if not fails and n < wanted:
+            console.print(
+                f"warning: {spec}: trained on {n:,} vectors where faiss asks for {wanted:,} "
+                f"({cp.min_points_per_centroid} for {what}); its recall may suffer: train on more "
+                "(--train-size, a larger corpus) or choose a smaller index (--index-spec)"
+            )
+        cp.min_points_per_centroid = 1  # the only effect of this floor is faiss's warning
+
+
 def train_sample(n: int, size: int, seed: int = 0) -> np.ndarray:
     """The sorted rows a compressed index is trained on: all of them, or ``size`` drawn at random."""
     if size >= n:
@@ -122,6 +154,7 @@ def build_from_shards(
             start = end
         if start != total:
             raise RagrlError(f"{spec}: the shards hold {start:,} vectors, expected {total:,}")
+        _one_sample_warning(faiss, index, spec, len(rows))
         try:
             index.train(sample)
         except RuntimeError as e:
