@@ -68,7 +68,7 @@ def main() -> None:
             out = work / f"eval-{name}-{repeat}"
             t0 = time.perf_counter()
             ragrl("eval", "--model", str(world / "model"), "--data", str(path),
-                  "--index", str(world / "bm25"), "--out", str(out))  # fmt: skip
+                  "--index", str(world / "bm25"), "--out", str(out), "--force")  # fmt: skip
             times[name].append(time.perf_counter() - t0)
             scores = json.loads((out / "scores.json").read_text(encoding="utf-8"))
             if scores["n_scored"] != 3 or scores.get("questions_cut", 0) != (name == "long"):

@@ -60,6 +60,24 @@ def test_oracle_demonstrator_scores_as_expected(world_dir, tmp_path):
     assert any(p.startswith("torch==") for p in env["packages"])
 
 
+def test_an_earlier_evaluation_is_replaced_only_with_force(world_dir, tmp_path):
+    out = tmp_path / "e"
+    assert _eval(world_dir, out, "--demonstrator", "oracle", "--n", "4")["n_scored"] == 4
+    (out / "shots.jsonl").write_text("{}\n")  # as a few-shot evaluation leaves: must not outlive the next
+    (out / "notes.txt").write_text("mine\n")  # not an evaluation's file: kept
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    again = runner.invoke(
+        app, [*args, "--index", str(world_dir / "bm25"), "--out", str(out), "--demonstrator", "oracle"]
+    )
+    assert again.exit_code != 0 and str(again.exception).startswith(
+        f"{out}: holds an earlier evaluation (scores.json, predictions.jsonl, per_example.jsonl, "
+        "trajectories.jsonl, shots.jsonl, config.yaml, environment.json); pass --force"
+    )
+    assert _eval(world_dir, out, "--demonstrator", "oracle", "--n", "3", "--force")["n_scored"] == 3
+    assert not (out / "shots.jsonl").exists() and (out / "notes.txt").read_text() == "mine\n"
+    assert len((out / "predictions.jsonl").read_text().splitlines()) == 3
+
+
 def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp_path):
     heuristic = _eval(world_dir, tmp_path / "heuristic", "--demonstrator", "heuristic", "--n", "40")
     assert 0.05 <= heuristic["em"] <= 0.6
@@ -179,7 +197,7 @@ def test_closed_book_searches_find_nothing(world_dir, tmp_path):
         observations = [s.text for s in t.segments if s.kind == "env"]
         assert observations and all("No passages found." in o for o in observations)
     both = runner.invoke(
-        app, [*args[:5], "--closed-book", "--index", str(world_dir / "bm25"), "--out", str(out)]
+        app, [*args[:5], "--closed-book", "--index", str(world_dir / "bm25"), "--out", str(tmp_path / "both")]
     )
     assert both.exit_code != 0 and "leave out --index" in str(both.exception)
 

@@ -87,6 +87,22 @@ def _few_shot(method: Any, pool_file: Path, shots: int, evaluated: list[Any], to
     return protocol, [t for t in played if t.example_id in kept]
 
 
+EVAL_FILES = (
+    "scores.json", "predictions.jsonl", "per_example.jsonl", "trajectories.jsonl", "shots.jsonl",
+    "config.yaml", "environment.json",
+)  # fmt: skip
+"""What ``ragrl eval`` writes into ``--out``."""
+
+
+def _earlier_evaluation(out: Path | None) -> list[str]:
+    """The files of an earlier evaluation in ``out`` (a file where the folder should be is an error)."""
+    if out is None or not out.exists():
+        return []
+    if not out.is_dir():
+        raise RagrlError(f"--out {out}: a file is there, not a folder")
+    return [name for name in EVAL_FILES if (out / name).exists()]
+
+
 def _provenance(model: Path, index: Path | None, data: Path) -> dict[str, Any]:
     from ragrl import __version__
     from ragrl.retrieval.base import read_manifest
@@ -169,6 +185,9 @@ def eval_command(
     shots: Annotated[
         int | None, typer.Option(help="How many worked examples --few-shot puts in front (default 2).")
     ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Replace an earlier evaluation's files in --out (once this one is done).")
+    ] = False,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl.eval.runner import evaluate
@@ -179,6 +198,12 @@ def eval_command(
     from ragrl.rollout.records import write_trajectories
 
     get_variant(variant)
+    earlier = _earlier_evaluation(out)
+    if earlier and not force:
+        raise RagrlError(
+            f"{out}: holds an earlier evaluation ({', '.join(earlier)}); pass --force to replace it or "
+            "choose another --out"
+        )
     method_obj = load_method(method, set_ or [])
     if demonstrator is None and backend == "transformers":  # the device, before the data and the index
         from ragrl.llm.devices import resolve_device
@@ -296,6 +321,8 @@ def eval_command(
 
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
+    for name in _earlier_evaluation(out):  # --force: none of the earlier files outlives this evaluation
+        (out / name).unlink()
     from ragrl.data.io import write_jsonl
     from ragrl.llm.environment import record_environment
 
