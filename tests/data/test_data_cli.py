@@ -68,6 +68,15 @@ def test_convert_skip_invalid(tmp_path):
     assert result.exit_code == 0, result.output
     assert "field 'type' is not part of a canonical record" in " ".join(result.output.split())
     assert "(1 records); put it under metadata to keep it" in " ".join(result.output.split())
+    # a duplicate id skipped with --skip-invalid counts none of its fields (it used to count them)
+    record = {"id": "1", "question": "Q?", "golden_answers": ["A"], "type": "bridge"}
+    path.write_text(json.dumps(record) + "\n" + json.dumps({**record, "level": "hard"}) + "\n")
+    args = ["data", "convert", str(path), "--out", str(tmp_path / "o3"), "--skip-invalid"]
+    result = runner.invoke(app, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "read 1 records, skipped 1" in said, result.output
+    assert "field 'type' is not part of a canonical record" in said and "(1 records)" in said
+    assert "'level'" not in said
 
 
 def test_convert_leaves_empty_passages_out_of_the_corpus_and_says_so(tmp_path):

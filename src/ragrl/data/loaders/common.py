@@ -205,15 +205,23 @@ class NotARecord(Exception):
 @dataclass
 class Context:
     """Per-file state a converter may use: warnings for the current record, and counters the
-    format's ``finish`` turns into one summary warning (instead of one per record)."""
+    format's ``finish`` turns into one summary warning (instead of one per record). Both hold the
+    records that were kept: what a record counted goes into ``counters`` only once it is (a record
+    skipped afterwards, a duplicate id, counts nothing)."""
 
     path: str
     source: str | None = None
     warnings: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
 
     def count(self, key: str) -> None:
-        self.counters[key] = self.counters.get(key, 0) + 1
+        self.pending[key] = self.pending.get(key, 0) + 1
+
+    def keep(self) -> None:
+        """The current record is kept: its counts join the file's."""
+        for key, n in self.pending.items():
+            self.counters[key] = self.counters.get(key, 0) + n
 
 
 Converter = Callable[[Any, Loc, Context], Example]
@@ -234,7 +242,7 @@ def run(
     examples: list[Example] = []
     seen: dict[str, Loc] = {}
     for loc, rec in raw.records:
-        ctx.warnings = []
+        ctx.warnings, ctx.pending = [], {}
         try:
             if isinstance(rec, DataError):
                 raise rec
@@ -253,6 +261,7 @@ def run(
             ex.metadata["source"] = source
         seen[ex.id] = loc
         report.warnings.extend(ctx.warnings)
+        ctx.keep()
         examples.append(ex)
     if finish is not None:
         finish(ctx, report)
