@@ -178,7 +178,15 @@ def evaluate(
     out = args.out / "eval" / f"{row['sample']}-{row['method']}-{row['setting']}"
     if not (out / "scores.json").is_file():
         command = ["eval", "--method", row["method"], "--model", str(model), "--data", str(questions)]
-        command += ["--out", str(out), "--batch-size", str(args.batch_size), *sets(BUDGET[row["method"]])]
+        # --force: a row without scores.json never finished (an evaluation writes it with the rest)
+        command += [
+            "--out",
+            str(out),
+            "--force",
+            "--batch-size",
+            str(args.batch_size),
+            *sets(BUDGET[row["method"]]),
+        ]
         if index is not None and row["method"] == "search_r1":
             command += ["--index", str(index)]
         if row["setting"] == "few":

@@ -142,6 +142,8 @@ def test_a_title_beside_contents_is_kept(tmp_path):
         {"id": "0", "title": "Paris", "contents": "Paris\nThe capital of France."},
         {"id": "1", "title": "Berlin", "contents": "The capital of Germany.\nIt lies on the Spree."},
         {"id": "2", "title": " ", "contents": "Rome\nThe capital of Italy."},
+        {"id": "3", "title": '"Weird Al" Yankovic', "contents": '"Weird Al" Yankovic\nA singer.'},
+        {"id": "4", "title": "A\nB", "contents": "A\nB\nA title with a newline."},
     ]
     _write(jl, [json.dumps(r) for r in records])
     passages, _ = read_corpus(jl)
@@ -149,6 +151,8 @@ def test_a_title_beside_contents_is_kept(tmp_path):
         Passage("0", "Paris", "The capital of France."),
         Passage("1", "Berlin", "The capital of Germany.\nIt lies on the Spree."),
         Passage("2", "Rome", "The capital of Italy."),  # a blank title is no title
+        Passage("3", '"Weird Al" Yankovic', "A singer."),  # quotes in the title: still split off
+        Passage("4", "A\nB", "A title with a newline."),
     ]
     _write(jl, [json.dumps({"id": "0", "title": 3, "contents": "T\nbody"})])
     with pytest.raises(DataError, match="c.jsonl:1: field 'title': must be a string"):
@@ -157,6 +161,10 @@ def test_a_title_beside_contents_is_kept(tmp_path):
     given = records[:2]
     record = {"id": "q", "question": "q?", "golden_answers": ["a"], "metadata": {"passages": given}}
     assert Example.from_record(record).passages == passages[:2]
+    # ragrl's server sends id, contents, title and text: title and text are read, as before
+    served = {"id": "5", "contents": "T\nbody", "title": "T", "text": "body"}
+    record["metadata"]["passages"] = [served]
+    assert Example.from_record(record).passages == [Passage("5", "T", "body")]
 
 
 def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported(tmp_path):

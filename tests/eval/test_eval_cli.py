@@ -76,6 +76,11 @@ def test_an_earlier_evaluation_is_replaced_only_with_force(world_dir, tmp_path):
     assert _eval(world_dir, out, "--demonstrator", "oracle", "--n", "3", "--force")["n_scored"] == 3
     assert not (out / "shots.jsonl").exists() and (out / "notes.txt").read_text() == "mine\n"
     assert len((out / "predictions.jsonl").read_text().splitlines()) == 3
+    (out / "metrics.jsonl").write_text("")  # a training run's folder: its config and environment are its own
+    run = runner.invoke(app, [*args, "--index", str(world_dir / "bm25"), "--out", str(out), "--force"])
+    assert run.exit_code != 0 and "a training run's folder (metrics.jsonl); choose another --out" in str(
+        run.exception
+    )
 
 
 def test_heuristic_is_weaker_than_oracle_and_untrained_model_runs(world_dir, tmp_path):

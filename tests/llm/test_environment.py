@@ -61,6 +61,26 @@ def test_an_unreadable_record_is_replaced_and_said(tmp_path, capsys):
     assert "not a list of starts" in capsys.readouterr().err
 
 
+def test_a_distribution_without_metadata_is_passed_over(monkeypatch):
+    class Dist:
+        def __init__(self, name, version):
+            self.metadata, self.version = ({"Name": name} if name else None), version
+
+    found = [Dist("zeta", "1"), Dist(None, "?"), Dist("Alpha", "2"), Dist("alpha", "3")]
+    monkeypatch.setattr(env_module.metadata, "distributions", lambda: found)
+    assert installed_packages() == ["Alpha==2", "zeta==1"]  # the first of one name, as Python finds it
+
+
+def test_the_commit_is_none_where_the_package_is_not_tracked(monkeypatch):
+    import subprocess
+
+    def untracked(args, **kwargs):
+        return subprocess.CompletedProcess(args, 1 if "ls-files" in args else 0, "abc\n", "")
+
+    monkeypatch.setattr(env_module.subprocess, "run", untracked)
+    assert env_module.git_commit() is None  # a wheel inside some other repository is not its code
+
+
 def test_changes_lists_the_compared_fields_and_library_versions():
     before = {"cpu": "a", "git_commit": "x", "versions": {"torch": "2.12.0", "numpy": "2.0"}}
     after = {"cpu": "a", "git_commit": "y", "versions": {"torch": "2.13.0", "numpy": "2.0"}}

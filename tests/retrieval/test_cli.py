@@ -226,6 +226,25 @@ def test_a_failed_build_leaves_nothing_half_made(built, tmp_path):
     assert sorted(p.name for p in again.iterdir()) == before and ".build" not in before
 
 
+def test_a_save_that_fails_part_way_lets_the_same_command_rebuild(built, tmp_path, monkeypatch):
+    from ragrl.retrieval.bm25 import BM25Retriever
+
+    out, args = tmp_path / "idx", ["index", str(built / "c1.jsonl"), "--out", str(tmp_path / "idx")]
+    real = BM25Retriever.save
+
+    def full_disk(self, path):
+        (path / "corpus.jsonl").write_text("half")  # part of the index written, no manifest yet
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(BM25Retriever, "save", full_disk)
+    failed = runner.invoke(app, args)
+    assert failed.exit_code != 0 and "the save failed part-way" in failed.output
+    monkeypatch.setattr(BM25Retriever, "save", real)
+    result = runner.invoke(app, args)  # not refused as "not an empty directory or a ragrl index"
+    assert result.exit_code == 0, result.output
+    assert (out / "retriever.json").is_file() and not (out / ".build").exists()
+
+
 def test_an_option_the_chosen_retriever_does_not_read_is_refused(built, tmp_path):
     corpus = str(built / "c1.jsonl")
     for args, says in (
@@ -234,6 +253,8 @@ def test_an_option_the_chosen_retriever_does_not_read_is_refused(built, tmp_path
         (["--retriever", "dense", "--k1", "2", "--no-stem"],
          "not read by a dense index: --k1 (for bm25 or hybrid), --stem (for bm25 or hybrid)"),
         (["--rrf-k", "30"], "not read by a bm25 index: --rrf-k (for hybrid)"),
+        (["--retriever", "hybrid", "--components", f"{built / 'idx'},{built / 'idx'}", "--k1", "2"],
+         "not read by a hybrid index of two built --components (they load as they were built): --k1"),
     ):  # fmt: skip
         result = runner.invoke(app, ["index", corpus, "--out", str(tmp_path / "i"), *args])
         assert result.exit_code != 0 and str(result.exception) == says, result.output
@@ -288,6 +309,9 @@ def test_an_approximate_dense_index_from_the_cli_resumes_a_killed_build_and_repo
     assert bad.exit_code == 1 and str(bad.exception) == (
         "--index-spec 'IVF,PQ': faiss cannot build it (could not parse index string IVF,PQ)"
     )
+    # found once the corpus is encoded: the shards stay, named, for a rerun with a spec faiss reads
+    assert "encoded shard file(s) kept; a rerun with the same encoder settings resumes" in bad.output
+    assert any((tmp_path / "bad" / ".build" / "shards").iterdir())
 
 
 def test_counts_and_bm25_parameters_out_of_range_are_usage_errors(built, tmp_path, capsys):

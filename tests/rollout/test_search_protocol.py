@@ -133,6 +133,14 @@ def test_config_from_path_and_errors(tmp_path):
         RagrlError, match=f"a folder, not a config file; its resolved config is {tmp_path}/config.yaml"
     ):
         load_method_config(str(tmp_path))
+
+
+def test_a_folder_named_as_a_method_does_not_hide_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "search_r1").mkdir()  # `ragrl train search_r1 --out search_r1`, then --resume latest
+    assert load_method_config("search_r1").method == "search_r1"
+    with pytest.raises(RagrlError, match="a folder, not a config file"):
+        load_method_config("./search_r1")  # a path is a path
     with pytest.raises(RagrlError, match="key.path=value"):
         load_method_config("search_r1", ["rollout.max_turns"])
     with pytest.raises(RagrlError, match="rollout.bogus|bogus"):

@@ -132,13 +132,15 @@ def test_the_report_names_each_start_s_environment(tmp_path: Path) -> None:
         "packages_sha256": "25b699ffc226abcd",
     }  # fmt: skip
     gpu = {"name": "NVIDIA H200", "count": 1, "cuda": "12.8"}
-    starts = [{"step": 0, **start}, {"step": 40, **start, "gpu": gpu}]
+    dirty = "c63ae367894d8163-dirty"  # edited code: said so in the line
+    starts = [{"step": 0, **start}, {"step": 40, **start, "gpu": gpu, "git_commit": dirty}]
     (tmp_path / "environment.json").write_text(json.dumps(starts), encoding="utf-8")
     text = write_report(tmp_path, {"method": "search_r1"}).read_text(encoding="utf-8")
     assert (
         "- step 0: Xeon (AVX512, 2 CPUs, 2 threads), no GPU, torch 2.13.0+cpu, transformers 5.24.0, "
         "commit c63ae367894d, packages 25b699ffc226\n"
-        "- step 40: Xeon (AVX512, 2 CPUs, 2 threads), GPU NVIDIA H200, torch 2.13.0+cpu"
+        "- step 40: Xeon (AVX512, 2 CPUs, 2 threads), GPU NVIDIA H200, torch 2.13.0+cpu, transformers "
+        "5.24.0, commit c63ae367894d-dirty, packages 25b699ffc226\n"
     ) in text
     (tmp_path / "environment.json").write_text("{", encoding="utf-8")  # a broken file: said, not a crash
     assert "_environment.json is unreadable: " in write_report(tmp_path, {}).read_text(encoding="utf-8")

@@ -128,6 +128,7 @@ def test_reward_pairs_file_and_the_command(world_dir, tmp_path):
     assert "val/accuracy/format" not in summary  # no pair labels the format head
     assert MultiHeadRewardModel.load(out).head_names == ["answer", "format"]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    assert [s["step"] for s in json.loads((out / "environment.json").read_text())] == [0]
     bad = dict(rows[0], head_signs={"answer": 2})
     path.write_text(json.dumps(bad) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"pairs.jsonl:1: field 'head_signs'"):

@@ -100,6 +100,9 @@ def _earlier_evaluation(out: Path | None) -> list[str]:
         return []
     if not out.is_dir():
         raise RagrlError(f"--out {out}: a file is there, not a folder")
+    run = [name for name in ("metrics.jsonl", "checkpoints") if (out / name).exists()]
+    if run:  # its config.yaml and environment.json are the run's: never an evaluation's to replace
+        raise RagrlError(f"--out {out}: a training run's folder ({', '.join(run)}); choose another --out")
     return [name for name in EVAL_FILES if (out / name).exists()]
 
 
@@ -191,6 +194,7 @@ def eval_command(
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl.eval.runner import evaluate
+    from ragrl.llm.environment import environment, record_environment
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
     from ragrl.retrieval.base import load_retriever
@@ -236,6 +240,7 @@ def eval_command(
         raise RagrlError(
             f"--world {world}: only the heuristic demonstrator reads a world (--demonstrator heuristic)"
         )
+    machine = environment()  # taken before the evaluation: nothing after it can lose its results
     who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
     console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
     if demonstrator is not None:
@@ -324,7 +329,6 @@ def eval_command(
     for name in _earlier_evaluation(out):  # --force: none of the earlier files outlives this evaluation
         (out / name).unlink()
     from ragrl.data.io import write_jsonl
-    from ragrl.llm.environment import record_environment
 
     write_jsonl(
         out / "predictions.jsonl", ({"id": r["id"], "prediction": r["prediction"] or ""} for r in report.rows)
@@ -334,7 +338,7 @@ def eval_command(
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
     (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
-    record_environment(out / "environment.json")  # the machine, libraries and commit the scores came from
+    record_environment(out / "environment.json", env=machine)  # what the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))

@@ -79,17 +79,27 @@ USED_BY = {
 silently ignored."""
 
 
-def _refuse_unused(ctx: typer.Context, retriever: str) -> None:
-    """A ``USED_BY`` option given on the command line for a retriever that does not read it (the source
-    is compared by name: typer carries its own copy of click's ``ParameterSource``)."""
+COMPONENTS_READ = ("device", "batch_size", "rrf_k", "depth")
+"""What ``--retriever hybrid --components A,B`` reads: the two built indexes load as they are."""
+
+
+def _refuse_unused(ctx: typer.Context, retriever: str, components: bool) -> None:
+    """A ``USED_BY`` option given on the command line that the build does not read (the source is
+    compared by name: typer carries its own copy of click's ``ParameterSource``)."""
 
     def given(name: str) -> bool:
         return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
 
-    unused = [name for name, kinds in USED_BY.items() if retriever not in kinds and given(name)]
-    if unused:
+    if components:
+        unused = [name for name in USED_BY if name not in COMPONENTS_READ and given(name)]
+        named = ", ".join(f"--{name.replace('_', '-')}" for name in unused)
+        what = "a hybrid index of two built --components (they load as they were built)"
+    else:
+        unused = [name for name, kinds in USED_BY.items() if retriever not in kinds and given(name)]
         named = ", ".join(f"--{name.replace('_', '-')} (for {' or '.join(USED_BY[name])})" for name in unused)
-        raise RagrlError(f"not read by a {retriever} index: {named}")
+        what = f"a {retriever} index"
+    if unused:
+        raise RagrlError(f"not read by {what}: {named}")
 
 
 def index(
@@ -192,7 +202,7 @@ def index(
     from ragrl.retrieval.base import MANIFEST_NAME, directory_size, load_retriever
 
     resumable = (out / BUILD_FOLDER).is_dir()  # a killed dense build: its shards are kept
-    _refuse_unused(ctx, retriever.value)
+    _refuse_unused(ctx, retriever.value, components is not None)
     if recall_check and retriever is RetrieverKind.bm25:
         raise RagrlError("--recall-check measures a dense index against exact search: use --retriever dense")
     if index_type is not IndexType.flat and retriever is RetrieverKind.bm25:
@@ -254,7 +264,7 @@ def index(
             max_length=max_length,
         )
 
-    existed = out.exists()
+    existed, saving = out.exists(), False
     try:
         passages = _read_corpora(corpus, out / BUILD_FOLDER / "corpus") if not comp_dirs else None
         (out / "recall.json").unlink(missing_ok=True)  # a rebuild in place: the old index's figures go
@@ -273,9 +283,10 @@ def index(
             built = HybridRetriever(a, bb, rrf_k=rrf_k, depth=depth)
             if passages is None:
                 passages = getattr(a, "passages", [])
+        saving = True
         built.save(out)
     except Exception:  # bad input or a failed build: nothing half-made is left, but encoded shards
-        _after_failed_build(out, existed)
+        _after_failed_build(out, existed, saving)
         raise
     shutil.rmtree(out / BUILD_FOLDER, ignore_errors=True)
     elapsed = time.perf_counter() - t0
@@ -289,16 +300,22 @@ def index(
         _recall_check(built, out, recall_check)
 
 
-def _after_failed_build(out: Path, existed: bool) -> None:
-    """Clean up after a build that raised: a dense build's finished shards stay (the same command
-    resumes from them, as after a kill) and are named; anything else in ``out/.build`` goes, and so does
-    ``out`` when this build made it and left it empty."""
+def _after_failed_build(out: Path, existed: bool, saving: bool) -> None:
+    """Clean up after a build that raised. A save that failed part-way (a full disk) has replaced part
+    of ``out``: ``out/.build`` stays, so the same command is let in to rebuild it. A dense build's
+    finished shards stay (a rerun with the same encoder settings resumes from them, as after a kill)
+    and are named. Otherwise ``out/.build`` goes, and so does ``out`` when this build made it and left
+    it empty."""
     work = out / BUILD_FOLDER
+    if saving:
+        work.mkdir(parents=True, exist_ok=True)
+        console.print(f"{out}: the save failed part-way; run the command again to rebuild the index")
+        return
     shards = sorted((work / "shards").glob("*")) if (work / "shards").is_dir() else []
     if shards:
         console.print(
-            f"{work}: {len(shards)} encoded shard file(s) kept; the same command resumes from them "
-            "(delete the folder to start afresh)"
+            f"{work}: {len(shards)} encoded shard file(s) kept; a rerun with the same encoder settings "
+            "resumes from them (delete the folder to start afresh)"
         )
         return
     shutil.rmtree(work, ignore_errors=True)

@@ -262,6 +262,7 @@ def reward_model(
     import torch
 
     from ragrl.config.train import TrainConfig
+    from ragrl.llm.environment import record_environment
     from ragrl.llm.hf_backend import _load, load_tokenizer
     from ragrl.train.reward_model import RewardModelConfig, RewardModelTrainer, read_reward_pairs
     from ragrl.train.setup import make_accelerator
@@ -288,6 +289,7 @@ def reward_model(
         trainer.model.save(out)
         lines = "".join(json.dumps(r) + "\n" for r in history)
         (out / "metrics.jsonl").write_text(lines, encoding="utf-8")
+        record_environment(out / "environment.json")  # as every training run's folder
         print(json.dumps({"out": str(out), "pairs": len(records), **history[-1]}, indent=2))
     acc.wait_for_everyone()
 

@@ -54,7 +54,9 @@ def _read_yaml(name_or_path: str | Path) -> DictConfig:
     text: str
     where: str
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(name_or_path):
+    # a folder named as a method (`ragrl train search_r1 --out search_r1`) does not hide the method
+    named = p.is_dir() and "/" not in str(name_or_path) and _packaged(str(name_or_path)) is not None
+    if not named and (p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(name_or_path)):
         if p.is_dir():
             inside = p / "config.yaml"
             hint = f"; its resolved config is {inside}" if inside.is_file() else ""

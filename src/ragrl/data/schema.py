@@ -57,13 +57,19 @@ class Passage:
     @classmethod
     def from_contents(cls, id: str, contents: str, title: str | None = None) -> Passage:
         """Split FlashRAG's ``contents`` (``"title\\ntext"``) into title and text. A ``title`` given
-        beside it that is not the contents' first line makes the whole contents the text under that
-        title (nothing is dropped); a blank one is no title."""
+        beside it is the title: the contents then begins with it and a newline (as FlashRAG writes it,
+        quotes and newlines inside the title included) and the rest is the text, or the whole contents
+        is the text under it (nothing is dropped). A blank ``title`` is none."""
+        if title is not None and title.strip():
+            body = contents.strip()
+            for written in dict.fromkeys((title, title.strip(), f'"{title.strip()}"')):
+                if body == written or body.startswith(written + "\n"):
+                    return cls(str(id), title.strip(), body[len(written) :].strip())
+            first = contents.partition("\n")[0].strip().strip('"')
+            if first != title.strip():
+                return cls(str(id), title.strip(), body)
         first, _, text = contents.partition("\n")
-        passage = cls(str(id), first.strip().strip('"'), text.strip())
-        if title is None or not title.strip() or title.strip() == passage.title:
-            return passage
-        return cls(str(id), title.strip(), contents.strip())
+        return cls(str(id), first.strip().strip('"'), text.strip())
 
     @property
     def contents(self) -> str:
@@ -173,7 +179,7 @@ class Example:
                 name = f"metadata.passages[{i}]"
                 if not isinstance(p, dict):
                     raise fail("must be an object", name)
-                if "contents" in p:
+                if "contents" in p and not isinstance(p.get("text"), str):  # title and text read first
                     if "id" not in p:
                         raise fail("missing", f"{name}.id")
                     if p.get("title") is not None and not isinstance(p["title"], str):

@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ragrl.data.io import atomic_write
+
 KEY_LIBRARIES = ("ragrl", "torch", "transformers", "tokenizers", "accelerate", "numpy", "bm25s", "faiss-cpu")
 """The distributions whose versions are listed by name (every installed one is in ``packages``)."""
 
@@ -27,7 +29,8 @@ def installed_packages() -> list[str]:
     """Every installed distribution as ``name==version``, sorted by name (what ``pip freeze`` lists)."""
     found = {}
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+        meta = dist.metadata  # None for a leftover .dist-info folder without its METADATA
+        name = meta["Name"] if meta is not None else None
         if name:
             found.setdefault(name.lower(), f"{name}=={dist.version}")
     return [found[name] for name in sorted(found)]
@@ -45,19 +48,30 @@ def cpu_model() -> str:
 
 
 def git_commit() -> str | None:
-    """The commit of ragrl's source when it runs from a git checkout (``-dirty`` when files differ)."""
-    here = Path(__file__).parents[1]  # the ragrl package: its files decide the commit's code
+    """The commit of ragrl's source when it runs from a git checkout that tracks it (``-dirty`` when its
+    files differ from the commit); None when it is installed elsewhere (a wheel inside some other
+    repository, a virtualenv in a checkout, is not that repository's code)."""
+    here = Path(__file__).parents[1]  # the ragrl package: its files are the code
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # this folder's repository
+        return subprocess.run(
+            ["git", "--no-optional-locks", *args],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            env=env,
+        )
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        if not commit:
-            return None
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", "."],
-            cwd=here, capture_output=True, text=True, timeout=10,
-        ).stdout.strip()  # fmt: skip
+        if git("ls-files", "--error-unmatch", "--", "llm/environment.py").returncode != 0:
+            return None  # not tracked here: installed, or no git at all
+        commit = git("rev-parse", "HEAD").stdout.strip()
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".").stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        return None
+    if not commit:
         return None
     return f"{commit}-dirty" if changed else commit
 
@@ -75,8 +89,10 @@ def environment() -> dict[str, Any]:
             versions[name] = None
     gpu = None
     if torch.cuda.is_available():
+        index = torch.cuda.current_device()  # this process's (a launched run's rank sets its own)
         gpu = {
-            "name": torch.cuda.get_device_name(0),
+            "name": torch.cuda.get_device_name(index),
+            "index": index,
             "count": torch.cuda.device_count(),
             "cuda": torch.version.cuda,
         }
@@ -97,16 +113,19 @@ def environment() -> dict[str, Any]:
 
 
 def describe(env: dict[str, Any]) -> str:
-    """One line of an environment record for a report: CPU, instruction set, torch, commit."""
-    versions = env.get("versions") or {}
-    gpu = env.get("gpu") or {}
+    """One line of an environment record for a report: CPU, instruction set, torch, commit (a record
+    edited by hand reads as what it holds, never an error)."""
+    versions = env.get("versions") if isinstance(env.get("versions"), dict) else {}
+    gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else None
+    commit = str(env.get("git_commit") or "unknown")
+    dirty = "-dirty" if commit.endswith("-dirty") else ""
     parts = [
         f"{env.get('cpu')} ({env.get('cpu_capability')}, {env.get('cpus')} CPUs, "
         f"{env.get('torch_threads')} threads)",
-        f"GPU {gpu['name']}" if gpu else "no GPU",
+        f"GPU {gpu.get('name')}" if gpu else "no GPU",
         f"torch {versions.get('torch')}",
         f"transformers {versions.get('transformers')}",
-        f"commit {(env.get('git_commit') or 'unknown')[:12]}",
+        f"commit {commit.removesuffix('-dirty')[:12]}{dirty}",
         f"packages {str(env.get('packages_sha256'))[:12]}",
     ]
     return ", ".join(parts)
@@ -124,11 +143,13 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return found
 
 
-def record_environment(path: str | Path, *, step: int = 0) -> dict[str, Any]:
+def record_environment(
+    path: str | Path, *, step: int = 0, env: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Write this process's environment, started at ``step``, into ``path``: a list of the run's starts.
     A run started afresh (``step`` 0) writes a list of one; a resumed one adds its record and warns when
     its environment differs from the previous start's (its numbers may then differ from an uninterrupted
-    run's). Returns the record."""
+    run's). ``env``: the environment taken earlier (default: now). Returns the record."""
     from ragrl.console import console
 
     path = Path(path)
@@ -143,12 +164,12 @@ def record_environment(path: str | Path, *, step: int = 0) -> dict[str, Any]:
             starts = loaded
         elif loaded is not None:
             console.print(f"warning: {path}: not a list of starts; it now holds this start only")
-    record = {"step": step, **environment()}
+    record = {"step": step, **(env if env is not None else environment())}
     if starts and (differ := changes(starts[-1], record)):
         console.print(
             f"warning: resumed at step {step} in another environment than step {starts[-1].get('step')}'s "
             f"({'; '.join(differ)}); its numbers may differ from an uninterrupted run's"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([*starts, record], indent=2) + "\n", encoding="utf-8")
+    text = json.dumps([*starts, record], indent=2) + "\n"
+    atomic_write(path, lambda f: f.write(text), "w")  # a kill mid-write never loses the earlier starts
     return record

@@ -183,7 +183,8 @@ class HttpRetriever:
         if isinstance(title, str) and isinstance(text, str):
             passage = Passage(str(doc.get("id", "")), title, text)
         elif isinstance(doc.get("contents"), str):
-            passage = Passage.from_contents(str(doc.get("id", "")), doc["contents"])
+            title = doc.get("title") if isinstance(doc.get("title"), str) else None
+            passage = Passage.from_contents(str(doc.get("id", "")), doc["contents"], title)
         else:
             raise RagrlError(f"{where}: document has neither 'contents' nor 'title' and 'text': {doc}")
         if doc.get("id") is None or passage.id == "":

@@ -69,6 +69,7 @@ class Trainer:
         config.validate()
         self.method, self.config = method, config
         self.run_dir = Path(run_dir or config.out)
+        self.environment_recorded = False  # environment.json: recorded by the first train() (or a resume)
         self.acc = accelerator or make_accelerator(config)
         self.parallel = make_parallel(self.acc, config)
         """How the processes share the model (``train.parallel``): every step's backward, no-sync,
@@ -362,8 +363,10 @@ class Trainer:
             ckpt = self.load(resume)
             if self.acc.is_main_process:
                 console.print(f"resumed from {ckpt} at step {self.step_count}")
-        if self.acc.is_main_process:  # what its numbers depend on beyond the config (a resume adds a start)
+        if self.acc.is_main_process and (resume is not None or not self.environment_recorded):
+            # what its numbers depend on beyond the config: once a trainer (a resume adds a start)
             record_environment(self.run_dir / "environment.json", step=self.step_count)
+        self.environment_recorded = True
         if resume is None and not self.evals:
             self.evaluate("before")
         stop = total if until is None else min(until, total)
