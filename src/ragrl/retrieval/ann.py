@@ -94,10 +94,8 @@ def _faiss_message(e: BaseException) -> str:
 def _clusterings(faiss: Any, index: Any) -> list[tuple[str, int, Any]]:
     """``(what, k, ClusteringParameters)`` of each k-means the index's training runs: an IVF's lists and
     a product quantizer's sub-quantizers (an OPQ rotation's own quantizer is not looked into)."""
-    try:
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-    except RuntimeError:  # not an IVF index
-        ivf = None
+    ivf = faiss.try_extract_index_ivf(index)  # None: not an IVF index
+    ivf = faiss.downcast_index(ivf) if ivf is not None else None
     found = [(f"each of its {ivf.nlist} lists", ivf.nlist, ivf.cp)] if ivf is not None else []
     pq = getattr(ivf if ivf is not None else faiss.downcast_index(index), "pq", None)
     if pq is not None and hasattr(pq, "cp"):
