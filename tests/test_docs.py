@@ -1,6 +1,7 @@
-"""The Python in the docs: every name a snippet imports exists, and the snippets that are whole programs
-run as written and do what their comments say (sketches with ``...`` placeholders are checked for
-their imports only)."""
+"""The docs against the code: every name a Python snippet imports exists; the snippets that are whole
+programs run as written and do what their comments say (sketches with ``...`` placeholders are checked
+for their imports only); every ``ragrl`` option and every config key the docs and the Makefile name
+exists."""
 
 from __future__ import annotations
 
@@ -91,3 +92,64 @@ def test_the_readme_snippet_reads_the_quickstart_s_hotpotqa_files(shared_data, t
     assert title == hits[0][0].passage.title and float(em) == float(
         examples[0].answers == ["Chief of Protocol"]
     )
+
+
+# -- the commands and config keys the docs name ------------------------------------------------------
+
+TEXTS = [*DOCS, ROOT / "Makefile"]
+COMMAND = re.compile(r"(?:^|[`$\s(])ragrl ((?:[a-z][a-z0-9_-]* ?){1,2})([^`\n|;&]*)")
+KEY = re.compile(r"(?<![\w./-])((?:train|rollout|reward|protocol|method|data)\.[a-z_][a-z0-9_.]*[a-z0-9_])=")
+NOT_RAGRL_KEYS = ("reward.custom_reward_function.",)  # verl's own config, in docs/scale.md
+METHODS = ("search_r1", "arena", "eval_rar", "tiresrag", "r2ag", "evo_rag")
+
+
+def test_every_ragrl_option_the_docs_use_exists():
+    import typer
+
+    from ragrl.cli import app
+
+    root = typer.main.get_command(app)
+    unknown, checked = [], 0
+    for path in TEXTS:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for m in COMMAND.finditer(line):
+                command, used = root, []
+                for word in m.group(1).split():
+                    if word not in getattr(command, "commands", {}):
+                        break
+                    command, used = command.commands[word], [*used, word]
+                if not used or hasattr(command, "commands"):
+                    continue
+                known = {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))}
+                rest = m.group(1)[len(" ".join(used)) :] + m.group(2)
+                for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", rest):
+                    checked += 1
+                    if option not in known | {"--help"}:
+                        unknown.append(f"{path.relative_to(ROOT)}:{n}: ragrl {' '.join(used)} {option}")
+    assert checked > 200 and not unknown, unknown
+
+
+def test_every_config_key_the_docs_set_exists():
+    from omegaconf import OmegaConf
+
+    from ragrl.methods import load_method
+
+    configs = [OmegaConf.create(load_method(name).resolved_yaml()) for name in METHODS]
+
+    def exists(key: str) -> bool:
+        for config in configs:
+            try:
+                if OmegaConf.select(config, key, default=KeyError) is not KeyError:
+                    return True
+            except Exception:  # a key path through a list or a value: not this config's
+                pass
+        return False
+
+    unknown, checked = [], 0
+    for path in TEXTS:
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for key in KEY.findall(line):
+                checked += 1
+                if not key.startswith(NOT_RAGRL_KEYS) and not exists(key):
+                    unknown.append(f"{path.relative_to(ROOT)}:{n}: {key}")
+    assert checked > 100 and not unknown, unknown
