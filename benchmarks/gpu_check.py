@@ -16,7 +16,7 @@ two calls on the same warm machine, each carrying one half, and a third if devic
     bash benchmarks/device.sh 3
 
 Each phase writes at most 8 files into ``--out`` (the device tool brings back 8): ``env.txt``,
-``tests.log``, ``shapes.md`` / ``shapes.json``, ``profile.txt`` (phase 1); ``world.md``,
+``environment.json``, ``tests.log``, ``shapes.md`` / ``shapes.json``, ``profile.txt`` (phase 1); ``world.md``,
 ``world.json``, ``real.md``, ``learning.log``, ``import.log`` (phase 2); ``shapes.md`` /
 ``shapes.json`` (phase 3), each written as soon as it exists. Run folders stay in ``--work``. Without
 a GPU every part runs at toy scale (``--toy`` of each script) and the GPU tests are skipped: the default
@@ -45,10 +45,14 @@ sys.path.insert(0, str(HERE))
 
 
 def environment(out: Path) -> None:
-    """What the machine is: GPU, driver, library versions (``env.txt``)."""
+    """What the machine is: GPU, driver, library versions (``env.txt``), and ragrl's record of it with
+    every installed package (``environment.json``: what ``make device-versions-env`` can pin to)."""
     import torch
     import transformers
 
+    from ragrl.llm.environment import record_environment
+
+    record_environment(out / "environment.json")
     lines = [
         f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         f"python {platform.python_version()} ({sys.executable})",

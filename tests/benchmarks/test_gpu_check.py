@@ -29,13 +29,15 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     assert "gpu_check (toy, CPU): phase all" in done.stdout
     # at most 8 files come back from a GPU machine's call: these are all of them, phase by phase
     names = {p.name for p in out.iterdir()}
-    phase_1 = {"env.txt", "tests.log", "shapes.md", "shapes.json", "profile.txt"}
+    phase_1 = {"env.txt", "environment.json", "tests.log", "shapes.md", "shapes.json", "profile.txt"}
     phase_2 = {"world.md", "world.json", "learning.log"} | ({"real.md"} if SHARED.is_dir() else set())
     assert names == phase_1 | phase_2  # with import.log on a GPU: at most 8 files a phase
     # the profile of the measured GRPO step: where its time went, by function
     profile = (out / "profile.txt").read_text()
     assert "function calls" in profile and "_generate_batch" in profile
     assert "cuda available False" in (out / "env.txt").read_text()
+    (machine,) = json.loads((out / "environment.json").read_text())  # every package: what to pin to
+    assert machine["gpu"] is None and any(p.startswith("transformers==") for p in machine["packages"])
     # the GPU tests were collected and skipped, not lost
     assert "skipped" in (out / "tests.log").read_text()
     # the shapes sweep: the toy shape's rollout / log-prob / update split, the generate reference
