@@ -97,7 +97,7 @@ def test_the_readme_snippet_reads_the_quickstart_s_hotpotqa_files(shared_data, t
 # -- the commands and config keys the docs name ------------------------------------------------------
 
 TEXTS = [*DOCS, ROOT / "Makefile"]
-COMMAND = re.compile(r"(?:^|[`$\s(])ragrl ((?:[a-z][a-z0-9_-]* ?){1,2})([^`\n|;&]*)")
+COMMAND = re.compile(r"(?:^|[`$\s(/])ragrl ((?:[a-z][a-z0-9_-]* ?){1,2})([^`\n|;&]*)")  # /: $(BIN)/ragrl
 KEY = re.compile(r"(?<![\w./-])((?:train|rollout|reward|protocol|method|data)\.[a-z_][a-z0-9_.]*[a-z0-9_])=")
 NOT_RAGRL_KEYS = ("reward.custom_reward_function.",)  # verl's own config, in docs/scale.md
 METHODS = ("search_r1", "arena", "eval_rar", "tiresrag", "r2ag", "evo_rag")
@@ -111,7 +111,9 @@ def test_every_ragrl_option_the_docs_use_exists():
     root = typer.main.get_command(app)
     unknown, checked = [], 0
     for path in TEXTS:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        # a command continued with a backslash is one line (named by its first)
+        text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))
+        for n, line in enumerate(text.splitlines(), 1):
             for m in COMMAND.finditer(line):
                 command, used = root, []
                 for word in m.group(1).split():
@@ -126,6 +128,8 @@ def test_every_ragrl_option_the_docs_use_exists():
                     checked += 1
                     if option not in known | {"--help"}:
                         unknown.append(f"{path.relative_to(ROOT)}:{n}: ragrl {' '.join(used)} {option}")
+    makefile = re.sub(r"\\\n\s*", " ", (ROOT / "Makefile").read_text(encoding="utf-8"))
+    assert len(COMMAND.findall(makefile)) >= 10  # the Makefile's $(BIN)/ragrl calls are read too
     assert checked > 200 and not unknown, unknown
 
 

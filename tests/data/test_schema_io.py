@@ -2,7 +2,16 @@ import json
 
 import pytest
 
-from ragrl.data import Example, Passage, SubQuestion, passage_id, read_corpus, read_examples, write_examples
+from ragrl.data import (
+    Example,
+    Passage,
+    SubQuestion,
+    passage_id,
+    read_corpus,
+    read_examples,
+    write_corpus,
+    write_examples,
+)
 from ragrl.errors import DataError
 
 
@@ -163,8 +172,13 @@ def test_a_title_beside_contents_is_kept(tmp_path):
     assert Example.from_record(record).passages == passages[:2]
     # ragrl's server sends id, contents, title and text: title and text are read, as before
     served = {"id": "5", "contents": "T\nbody", "title": "T", "text": "body"}
-    record["metadata"]["passages"] = [served]
-    assert Example.from_record(record).passages == [Passage("5", "T", "body")]
+    untitled = {"id": "6", "contents": "U\nmore", "text": "ignored: no title beside it"}
+    record["metadata"]["passages"] = [served, untitled]
+    assert Example.from_record(record).passages == [Passage("5", "T", "body"), Passage("6", "U", "more")]
+    # written back, every one of them reads the same: contents where it splits back, else title and text
+    write_corpus(jl, passages)
+    assert read_corpus(jl)[0] == passages
+    assert '"title": "\\"Weird Al\\" Yankovic"' in jl.read_text()
 
 
 def test_an_empty_passage_is_an_error_naming_its_line_or_is_skipped_and_reported(tmp_path):

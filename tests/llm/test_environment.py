@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -26,7 +27,10 @@ def test_the_environment_names_the_cpu_kernels_libraries_and_every_package():
     assert f"torch=={metadata.version('torch')}" in packages
     assert env["packages_sha256"] == hashlib.sha256("\n".join(packages).encode()).hexdigest()
     assert (env["gpu"] is None) == (not torch.cuda.is_available())
-    if (Path(env_module.__file__).parents[3] / ".git").exists():  # a checkout, not an installed wheel
+    package = Path(env_module.__file__).parents[1]
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", "llm/environment.py"], cwd=package,
+                             capture_output=True).returncode == 0  # fmt: skip
+    if tracked:  # a checkout git can read (not an installed wheel, not a repository git refuses here)
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", env["git_commit"])
 
 
@@ -39,7 +43,7 @@ def test_a_fresh_run_records_one_start_and_a_resume_adds_its_own(tmp_path, monke
     assert "another environment" not in capsys.readouterr().err
 
     other = {**environment(), "cpu_capability": "DEFAULT", "packages_sha256": "0" * 64}
-    monkeypatch.setattr(env_module, "environment", lambda: other)
+    monkeypatch.setattr(env_module, "environment", lambda device=None: other)
     record_environment(path, step=9)
     err = capsys.readouterr().err
     assert "resumed at step 9 in another environment than step 4's" in err
@@ -72,8 +76,6 @@ def test_a_distribution_without_metadata_is_passed_over(monkeypatch):
 
 
 def test_the_commit_is_none_where_the_package_is_not_tracked(monkeypatch):
-    import subprocess
-
     def untracked(args, **kwargs):
         return subprocess.CompletedProcess(args, 1 if "ls-files" in args else 0, "abc\n", "")
 

@@ -238,7 +238,7 @@ def test_a_save_that_fails_part_way_lets_the_same_command_rebuild(built, tmp_pat
 
     monkeypatch.setattr(BM25Retriever, "save", full_disk)
     failed = runner.invoke(app, args)
-    assert failed.exit_code != 0 and "the save failed part-way" in failed.output
+    assert failed.exit_code != 0 and "the save failed; run the command again" in failed.output
     monkeypatch.setattr(BM25Retriever, "save", real)
     result = runner.invoke(app, args)  # not refused as "not an empty directory or a ragrl index"
     assert result.exit_code == 0, result.output
@@ -246,15 +246,21 @@ def test_a_save_that_fails_part_way_lets_the_same_command_rebuild(built, tmp_pat
 
 
 def test_an_option_the_chosen_retriever_does_not_read_is_refused(built, tmp_path):
-    corpus = str(built / "c1.jsonl")
+    corpus, both = str(built / "c1.jsonl"), f"{built / 'idx'},{built / 'idx'}"
     for args, says in (
         (["--device", "cuda", "--model", "x"],
          "not read by a bm25 index: --model (for dense or hybrid), --device (for dense or hybrid)"),
         (["--retriever", "dense", "--k1", "2", "--no-stem"],
          "not read by a dense index: --k1 (for bm25 or hybrid), --stem (for bm25 or hybrid)"),
         (["--rrf-k", "30"], "not read by a bm25 index: --rrf-k (for hybrid)"),
-        (["--retriever", "hybrid", "--components", f"{built / 'idx'},{built / 'idx'}", "--k1", "2"],
+        (["--retriever", "hybrid", "--components", both, "--k1", "2"],
          "not read by a hybrid index of two built --components (they load as they were built): --k1"),
+        (["--retriever", "hybrid", "--components", both, "--index-type", "hnsw"],
+         "not read by a hybrid index of two built --components (they load as they were built): --index-type"),
+        (["--retriever", "hybrid", "--components", both],
+         "--components fuses two built indexes: it reads no CORPUS file (leave them out)"),
+        (["--retriever", "hybrid", "--recall-check", "3"],
+         "--recall-check measures a dense index against exact search: use --retriever dense"),
     ):  # fmt: skip
         result = runner.invoke(app, ["index", corpus, "--out", str(tmp_path / "i"), *args])
         assert result.exit_code != 0 and str(result.exception) == says, result.output

@@ -240,7 +240,6 @@ def eval_command(
         raise RagrlError(
             f"--world {world}: only the heuristic demonstrator reads a world (--demonstrator heuristic)"
         )
-    machine = environment()  # taken before the evaluation: nothing after it can lose its results
     who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
     console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
     if demonstrator is not None:
@@ -272,6 +271,8 @@ def eval_command(
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
     try:  # a vLLM engine's processes: the command cannot exit while they run
+        # taken before the evaluation (nothing after it can lose its results), on the policy's device
+        machine = environment(getattr(policy, "device", None))
         shot_trajectories: list[Any] = []
         if few_shot is not None:
             shots = 2 if shots is None else shots

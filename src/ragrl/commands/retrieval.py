@@ -91,7 +91,7 @@ def _refuse_unused(ctx: typer.Context, retriever: str, components: bool) -> None
         return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
 
     if components:
-        unused = [name for name in USED_BY if name not in COMPONENTS_READ and given(name)]
+        unused = [name for name in (*USED_BY, "index_type") if name not in COMPONENTS_READ and given(name)]
         named = ", ".join(f"--{name.replace('_', '-')}" for name in unused)
         what = "a hybrid index of two built --components (they load as they were built)"
     else:
@@ -203,7 +203,7 @@ def index(
 
     resumable = (out / BUILD_FOLDER).is_dir()  # a killed dense build: its shards are kept
     _refuse_unused(ctx, retriever.value, components is not None)
-    if recall_check and retriever is RetrieverKind.bm25:
+    if recall_check and retriever is not RetrieverKind.dense:
         raise RagrlError("--recall-check measures a dense index against exact search: use --retriever dense")
     if index_type is not IndexType.flat and retriever is RetrieverKind.bm25:
         raise RagrlError(
@@ -223,6 +223,8 @@ def index(
     if components is not None:
         if retriever is not RetrieverKind.hybrid:
             raise RagrlError("--components is only for --retriever hybrid")
+        if corpus:
+            raise RagrlError("--components fuses two built indexes: it reads no CORPUS file (leave them out)")
         comp_dirs = [Path(c.strip()) for c in components.split(",") if c.strip()]
         if len(comp_dirs) != 2:
             raise RagrlError(
@@ -283,6 +285,7 @@ def index(
             built = HybridRetriever(a, bb, rrf_k=rrf_k, depth=depth)
             if passages is None:
                 passages = getattr(a, "passages", [])
+        (out / BUILD_FOLDER).mkdir(parents=True, exist_ok=True)  # marks a save cut short: a rerun is let in
         saving = True
         built.save(out)
     except Exception:  # bad input or a failed build: nothing half-made is left, but encoded shards
@@ -307,9 +310,8 @@ def _after_failed_build(out: Path, existed: bool, saving: bool) -> None:
     and are named. Otherwise ``out/.build`` goes, and so does ``out`` when this build made it and left
     it empty."""
     work = out / BUILD_FOLDER
-    if saving:
-        work.mkdir(parents=True, exist_ok=True)
-        console.print(f"{out}: the save failed part-way; run the command again to rebuild the index")
+    if saving:  # work was made before the save began
+        console.print(f"{out}: the save failed; run the command again to rebuild the index")
         return
     shards = sorted((work / "shards").glob("*")) if (work / "shards").is_dir() else []
     if shards:

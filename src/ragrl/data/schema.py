@@ -81,7 +81,10 @@ class Passage:
         return not self.title.strip() and not self.text.strip()
 
     def to_corpus_record(self) -> dict[str, str]:
-        return {"id": self.id, "contents": self.contents}
+        """The canonical ``{id, contents}`` line, or ``{id, title, text}`` when contents would not give
+        the passage back (a title with a newline, or in quotes, which ``from_contents`` strips)."""
+        record = {"id": self.id, "contents": self.contents}
+        return record if Passage.from_contents(self.id, record["contents"]) == self else self.to_dict()
 
     def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "title": self.title, "text": self.text}
@@ -179,7 +182,9 @@ class Example:
                 name = f"metadata.passages[{i}]"
                 if not isinstance(p, dict):
                     raise fail("must be an object", name)
-                if "contents" in p and not isinstance(p.get("text"), str):  # title and text read first
+                if "contents" in p and not (
+                    isinstance(p.get("title"), str) and isinstance(p.get("text"), str)
+                ):
                     if "id" not in p:
                         raise fail("missing", f"{name}.id")
                     if p.get("title") is not None and not isinstance(p["title"], str):

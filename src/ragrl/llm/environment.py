@@ -47,6 +47,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+REPOSITORY_VARIABLES = frozenset({
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES",
+})  # fmt: skip
+"""The git variables that point git at another repository than the one holding ragrl's files (the
+others, ``safe.directory`` set through ``GIT_CONFIG_*`` in a container, are kept)."""
+
+
 def git_commit() -> str | None:
     """The commit of ragrl's source when it runs from a git checkout that tracks it (``-dirty`` when its
     files differ from the commit); None when it is installed elsewhere (a wheel inside some other
@@ -54,7 +62,7 @@ def git_commit() -> str | None:
     here = Path(__file__).parents[1]  # the ragrl package: its files are the code
 
     def git(*args: str) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # this folder's repository
+        env = {k: v for k, v in os.environ.items() if k not in REPOSITORY_VARIABLES}  # this folder's
         return subprocess.run(
             ["git", "--no-optional-locks", *args],
             cwd=here,
@@ -76,8 +84,9 @@ def git_commit() -> str | None:
     return f"{commit}-dirty" if changed else commit
 
 
-def environment() -> dict[str, Any]:
-    """The machine, the libraries and the code of this process (see the module docstring)."""
+def environment(device: Any = None) -> dict[str, Any]:
+    """The machine, the libraries and the code of this process (see the module docstring); ``device``:
+    the torch device it computes on, when known (else CUDA's current device, once CUDA is started)."""
     import torch
 
     packages = installed_packages()
@@ -89,9 +98,17 @@ def environment() -> dict[str, Any]:
             versions[name] = None
     gpu = None
     if torch.cuda.is_available():
-        index = torch.cuda.current_device()  # this process's (a launched run's rank sets its own)
+        # the device this process works on, once it has one: asking before would start CUDA on device 0
+        # (a process meant for cuda:1, or vLLM's workers, must not find it started)
+        given = torch.device(device) if device is not None else None
+        if given is not None and given.type == "cuda":
+            index = given.index if given.index is not None else torch.cuda.current_device()
+        elif given is None and torch.cuda.is_initialized():
+            index = torch.cuda.current_device()
+        else:  # the CPU, or not started yet
+            index = None
         gpu = {
-            "name": torch.cuda.get_device_name(index),
+            "name": torch.cuda.get_device_name(index) if index is not None else None,
             "index": index,
             "count": torch.cuda.device_count(),
             "cuda": torch.version.cuda,
@@ -122,7 +139,13 @@ def describe(env: dict[str, Any]) -> str:
     parts = [
         f"{env.get('cpu')} ({env.get('cpu_capability')}, {env.get('cpus')} CPUs, "
         f"{env.get('torch_threads')} threads)",
-        f"GPU {gpu.get('name')}" if gpu else "no GPU",
+        (
+            "no GPU"
+            if not gpu
+            else f"GPU {gpu['name']}"
+            if gpu.get("name")
+            else f"{gpu.get('count')} GPU(s), unused"
+        ),
         f"torch {versions.get('torch')}",
         f"transformers {versions.get('transformers')}",
         f"commit {commit.removesuffix('-dirty')[:12]}{dirty}",
@@ -144,12 +167,12 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 def record_environment(
-    path: str | Path, *, step: int = 0, env: dict[str, Any] | None = None
+    path: str | Path, *, step: int = 0, env: dict[str, Any] | None = None, device: Any = None
 ) -> dict[str, Any]:
     """Write this process's environment, started at ``step``, into ``path``: a list of the run's starts.
     A run started afresh (``step`` 0) writes a list of one; a resumed one adds its record and warns when
     its environment differs from the previous start's (its numbers may then differ from an uninterrupted
-    run's). ``env``: the environment taken earlier (default: now). Returns the record."""
+    run's). ``env``: the environment taken earlier (default: now, on ``device``). Returns the record."""
     from ragrl.console import console
 
     path = Path(path)
@@ -164,7 +187,7 @@ def record_environment(
             starts = loaded
         elif loaded is not None:
             console.print(f"warning: {path}: not a list of starts; it now holds this start only")
-    record = {"step": step, **(env if env is not None else environment())}
+    record = {"step": step, **(env if env is not None else environment(device))}
     if starts and (differ := changes(starts[-1], record)):
         console.print(
             f"warning: resumed at step {step} in another environment than step {starts[-1].get('step')}'s "

@@ -14,6 +14,7 @@ from typing import Any
 
 from ragrl.errors import RagrlError
 from ragrl.retrieval.base import (
+    MANIFEST_NAME,
     Hit,
     Retriever,
     check_k,
@@ -86,6 +87,7 @@ class HybridRetriever:
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
+        (d / MANIFEST_NAME).unlink(missing_ok=True)  # written last: a save cut short leaves no index
         for name, component in zip(COMPONENT_DIRS, (self.a, self.b), strict=True):
             component.save(d / name)
         write_manifest(

@@ -159,20 +159,13 @@ class PassageStore(Sequence[Passage]):
 
         def write(f: Any) -> None:
             for p in passages:
-                line = (json.dumps(_record(p), ensure_ascii=False) + "\n").encode("utf-8")
+                line = (json.dumps(p.to_corpus_record(), ensure_ascii=False) + "\n").encode("utf-8")
                 f.write(line)
                 offsets.append(offsets[-1] + len(line))
 
         atomic_write(d / CORPUS_NAME, write)  # then its offsets: a kill between leaves stale ones, rebuilt
         _save_offsets(d / OFFSETS_NAME, np.frombuffer(offsets, dtype=np.int64), tolerate=False)
         return len(offsets) - 1
-
-
-def _record(p: Passage) -> dict[str, str]:
-    """The canonical ``{id, contents}`` line, or ``{id, title, text}`` when contents would not give
-    the passage back (a title with a newline, or in quotes, which ``Passage.from_contents`` strips)."""
-    record = p.to_corpus_record()
-    return record if Passage.from_contents(p.id, record["contents"]) == p else p.to_dict()
 
 
 def _last_byte(path: Path) -> bytes:

@@ -365,7 +365,9 @@ class Trainer:
                 console.print(f"resumed from {ckpt} at step {self.step_count}")
         if self.acc.is_main_process and (resume is not None or not self.environment_recorded):
             # what its numbers depend on beyond the config: once a trainer (a resume adds a start)
-            record_environment(self.run_dir / "environment.json", step=self.step_count)
+            record_environment(
+                self.run_dir / "environment.json", step=self.step_count, device=self.acc.device
+            )
         self.environment_recorded = True
         if resume is None and not self.evals:
             self.evaluate("before")
