@@ -22,7 +22,7 @@ def test_the_environment_names_the_cpu_kernels_libraries_and_every_package():
     assert env["versions"]["torch"] == metadata.version("torch")
     assert env["versions"]["transformers"] == metadata.version("transformers")
     packages = env["packages"]
-    assert packages == installed_packages()
+    assert packages == list(installed_packages())
     assert packages == sorted(packages, key=lambda p: p.split("==")[0].lower())
     assert f"torch=={metadata.version('torch')}" in packages
     assert env["packages_sha256"] == hashlib.sha256("\n".join(packages).encode()).hexdigest()
@@ -72,7 +72,11 @@ def test_a_distribution_without_metadata_is_passed_over(monkeypatch):
 
     found = [Dist("zeta", "1"), Dist(None, "?"), Dist("Alpha", "2"), Dist("alpha", "3")]
     monkeypatch.setattr(env_module.metadata, "distributions", lambda: found)
-    assert installed_packages() == ["Alpha==2", "zeta==1"]  # the first of one name, as Python finds it
+    installed_packages.cache_clear()  # taken once a process: taken again here, and after the test
+    try:
+        assert installed_packages() == ("Alpha==2", "zeta==1")  # the first of one name, as Python finds it
+    finally:
+        installed_packages.cache_clear()
 
 
 def test_the_commit_is_none_where_the_package_is_not_tracked(monkeypatch):
@@ -80,7 +84,11 @@ def test_the_commit_is_none_where_the_package_is_not_tracked(monkeypatch):
         return subprocess.CompletedProcess(args, 1 if "ls-files" in args else 0, "abc\n", "")
 
     monkeypatch.setattr(env_module.subprocess, "run", untracked)
-    assert env_module.git_commit() is None  # a wheel inside some other repository is not its code
+    env_module.git_commit.cache_clear()
+    try:
+        assert env_module.git_commit() is None  # a wheel inside some other repository is not its code
+    finally:
+        env_module.git_commit.cache_clear()
 
 
 def test_changes_lists_the_compared_fields_and_library_versions():

@@ -10,6 +10,7 @@ freeze`` lists them), so two folders are compared with ``diff``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,7 +26,8 @@ KEY_LIBRARIES = ("ragrl", "torch", "transformers", "tokenizers", "accelerate", "
 """The distributions whose versions are listed by name (every installed one is in ``packages``)."""
 
 
-def installed_packages() -> list[str]:
+@functools.cache  # once a process: what it imported is what was installed when it started
+def installed_packages() -> tuple[str, ...]:
     """Every installed distribution as ``name==version``, sorted by name (what ``pip freeze`` lists)."""
     found = {}
     for dist in metadata.distributions():
@@ -33,7 +35,7 @@ def installed_packages() -> list[str]:
         name = meta["Name"] if meta is not None else None
         if name:
             found.setdefault(name.lower(), f"{name}=={dist.version}")
-    return [found[name] for name in sorted(found)]
+    return tuple(found[name] for name in sorted(found))
 
 
 def cpu_model() -> str:
@@ -55,6 +57,7 @@ REPOSITORY_VARIABLES = frozenset({
 others, ``safe.directory`` set through ``GIT_CONFIG_*`` in a container, are kept)."""
 
 
+@functools.cache  # once a process: the code it runs is the code it imported
 def git_commit() -> str | None:
     """The commit of ragrl's source when it runs from a git checkout that tracks it (``-dirty`` when its
     files differ from the commit); None when it is installed elsewhere (a wheel inside some other
@@ -125,7 +128,7 @@ def environment(device: Any = None) -> dict[str, Any]:
         "versions": versions,
         "git_commit": git_commit(),
         "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest(),
-        "packages": packages,
+        "packages": list(packages),
     }
 
 
