@@ -251,7 +251,7 @@ def test_an_option_the_chosen_retriever_does_not_read_is_refused(built, tmp_path
         (["--device", "cuda", "--model", "x"],
          "not read by a bm25 index: --model (for dense or hybrid), --device (for dense or hybrid)"),
         (["--retriever", "dense", "--k1", "2", "--no-stem"],
-         "not read by a dense index: --k1 (for bm25 or hybrid), --stem (for bm25 or hybrid)"),
+         "not read by a dense index: --k1 (for bm25 or hybrid), --stem/--no-stem (for bm25 or hybrid)"),
         (["--rrf-k", "30"], "not read by a bm25 index: --rrf-k (for hybrid)"),
         (["--retriever", "hybrid", "--components", both, "--k1", "2"],
          "not read by a hybrid index of two built --components (they load as they were built): --k1"),

@@ -90,13 +90,14 @@ def _refuse_unused(ctx: typer.Context, retriever: str, components: bool) -> None
     def given(name: str) -> bool:
         return getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
 
+    flags = {p.name: "/".join((*p.opts, *getattr(p, "secondary_opts", ()))) for p in ctx.command.params}
     if components:
         unused = [name for name in (*USED_BY, "index_type") if name not in COMPONENTS_READ and given(name)]
-        named = ", ".join(f"--{name.replace('_', '-')}" for name in unused)
+        named = ", ".join(flags[name] for name in unused)
         what = "a hybrid index of two built --components (they load as they were built)"
     else:
         unused = [name for name, kinds in USED_BY.items() if retriever not in kinds and given(name)]
-        named = ", ".join(f"--{name.replace('_', '-')} (for {' or '.join(USED_BY[name])})" for name in unused)
+        named = ", ".join(f"{flags[name]} (for {' or '.join(USED_BY[name])})" for name in unused)
         what = f"a {retriever} index"
     if unused:
         raise RagrlError(f"not read by {what}: {named}")
