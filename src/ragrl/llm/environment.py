@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -93,12 +94,11 @@ def environment(device: Any = None) -> dict[str, Any]:
     import torch
 
     packages = installed_packages()
-    versions = {}
-    for name in KEY_LIBRARIES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    installed = {}  # the list read once, not each name again; names as PEP 503 compares them
+    for package in packages:
+        name, version = package.split("==", 1)
+        installed[re.sub(r"[-_.]+", "-", name.lower())] = version
+    versions = {name: installed.get(name) for name in KEY_LIBRARIES}
     gpu = None
     if torch.cuda.is_available():
         # the device this process works on, once it has one: asking before would start CUDA on device 0
@@ -139,16 +139,16 @@ def describe(env: dict[str, Any]) -> str:
     gpu = env.get("gpu") if isinstance(env.get("gpu"), dict) else None
     commit = str(env.get("git_commit") or "unknown")
     dirty = "-dirty" if commit.endswith("-dirty") else ""
+    if not gpu:
+        device = "no GPU"
+    elif gpu.get("name"):
+        device = f"GPU {gpu['name']}"
+    else:
+        device = f"{gpu.get('count')} GPU(s), unused"
     parts = [
         f"{env.get('cpu')} ({env.get('cpu_capability')}, {env.get('cpus')} CPUs, "
         f"{env.get('torch_threads')} threads)",
-        (
-            "no GPU"
-            if not gpu
-            else f"GPU {gpu['name']}"
-            if gpu.get("name")
-            else f"{gpu.get('count')} GPU(s), unused"
-        ),
+        device,
         f"torch {versions.get('torch')}",
         f"transformers {versions.get('transformers')}",
         f"commit {commit.removesuffix('-dirty')[:12]}{dirty}",
