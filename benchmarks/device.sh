@@ -7,6 +7,7 @@
 # processes on the one card. Results go to $OUT; what a phase keeps for the next (the first half, the
 # data) waits in /tmp/ragrl-device.
 set -euo pipefail
+# Options after the phase go to gpu_check.py: `bash benchmarks/device.sh 2 --grpo-seconds 320 --set K=V`.
 phase=${1:?usage: benchmarks/device.sh 1|2|3}
 keep=/tmp/ragrl-device
 mkdir -p "$keep" "${OUT:=runs/gpu-check}"
@@ -22,4 +23,4 @@ if [ -f "$keep/part-1/data.tar.gz" ] && [ ! -d "$keep/data" ]; then
     mkdir -p "$keep/data" && tar xzf "$keep/part-1/data.tar.gz" -C "$keep/data"
 fi
 export RAGRL_SHARED_DATA=$keep/data
-python3 benchmarks/gpu_check.py --phase "$phase" --out "$OUT" --work "$keep/work" --parts "$keep"
+python3 benchmarks/gpu_check.py --phase "$phase" --out "$OUT" --work "$keep/work" --parts "$keep" "${@:2}"

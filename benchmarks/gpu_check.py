@@ -156,6 +156,7 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
             if run_logged(ragrl, args.out / "import.log") != 0:
                 return 1
         command += ["--model", str(model), "--grpo-seconds", str(args.grpo_seconds)]
+    command += [f"--set={override}" for override in args.overrides]
     # the tables straight into --out as each part ends: a call stopped at its limit still brings them
     command += ["--tables", str(args.out)]
     return run_logged(command, args.out / "learning.log")
@@ -178,6 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
     ap.add_argument("--grpo-seconds", type=float, default=280.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
+    ap.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="phase 2: a config override for every run"
+    )
     args = ap.parse_args(argv)
     toy = args.toy or not torch.cuda.is_available()
     args.out.mkdir(parents=True, exist_ok=True)
