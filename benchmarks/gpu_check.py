@@ -124,7 +124,34 @@ def phase_1(args: argparse.Namespace, toy: bool) -> int:
     tests = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *marked]
     status = run_logged(tests, args.out / "tests.log")
     shapes(args, toy, RECIPE_SHAPE)
+    if (args.out / "shapes.json").is_file():  # for phase 2 on the same machine (--out is not kept)
+        shutil.copy(args.out / "shapes.json", args.work / PHASE_1_SHAPES)
     return 0 if status in (0, 5) else status  # 5: no test ran (no GPU: every GPU test skipped)
+
+
+PHASE_1_SHAPES = "phase-1-shapes.json"
+
+
+def decode_after_phase_1(args: argparse.Namespace) -> list[str]:
+    """Phase 2's decoding: ``train.model.decode=static`` when phase 1's row dropped its CUDA graph (the
+    eager step over the same static buffers, measured there, with none of a failed recording's risk),
+    else nothing (the default, ``auto``). An explicit ``--set train.model.decode=...`` wins. The call
+    between the two phases leaves 30 s for a person to read phase 1 and choose: too little."""
+    if any(o.startswith("train.model.decode=") for o in args.overrides):
+        return []
+    import json
+
+    record = args.work / PHASE_1_SHAPES
+    rows = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else []
+    dropped = [
+        r["ragrl"].get("decode_refusal")
+        for r in rows
+        if "graph dropped" in r.get("ragrl", {}).get("decode", {})
+    ]
+    if not dropped:
+        return []
+    print(f"phase 1 dropped its CUDA graph ({dropped[0]}): phase 2 decodes with train.model.decode=static")
+    return ["--set=train.model.decode=static"]
 
 
 RECIPE_SHAPE = [
@@ -157,6 +184,8 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
                 return 1
         command += ["--model", str(model), "--grpo-seconds", str(args.grpo_seconds)]
     command += [f"--set={override}" for override in args.overrides]
+    if not toy:
+        command += decode_after_phase_1(args)
     # the tables straight into --out as each part ends: a call stopped at its limit still brings them
     command += ["--tables", str(args.out)]
     return run_logged(command, args.out / "learning.log")
@@ -180,7 +209,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grpo-seconds", type=float, default=280.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
     ap.add_argument(
-        "--set", dest="overrides", action="append", default=[], help="phase 2: a config override for every run"
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="phase 2: a config override for every run",
     )
     args = ap.parse_args(argv)
     toy = args.toy or not torch.cuda.is_available()

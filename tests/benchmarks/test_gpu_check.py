@@ -32,6 +32,9 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     phase_1 = {"env.txt", "environment.json", "tests.log", "shapes.md", "shapes.json", "profile.txt"}
     phase_2 = {"world.md", "world.json", "learning.log"} | ({"real.md"} if SHARED.is_dir() else set())
     assert names == phase_1 | phase_2  # with import.log on a GPU: at most 8 files a phase
+    assert json.loads((work / "phase-1-shapes.json").read_text()) == json.loads(
+        (out / "shapes.json").read_text()
+    )
     # the profile of the measured GRPO step: where its time went, by function
     profile = (out / "profile.txt").read_text()
     assert "function calls" in profile and "_generate_batch" in profile
@@ -105,3 +108,31 @@ def test_the_gpu_checks_third_phase_writes_the_shapes_tables_alone(tmp_path):
     assert {p.name for p in out_3.iterdir()} == {"shapes.md", "shapes.json"}
     (row,) = json.loads((out_3 / "shapes.json").read_text())
     assert row["shape"] == "toy" and row["ragrl"]["step_seconds"] > 0
+
+
+def test_phase_2_decodes_static_when_phase_1_dropped_its_graph(tmp_path):
+    """Phase 2 follows phase 1 within the machine's 30 s: it reads phase 1's row itself. The row is the
+    first H200 run's (2026-11-29, abridged): its graph was dropped, so phase 2 decodes ``static``; a row
+    whose graph held, or an explicit ``--set train.model.decode=...``, leaves the decoding alone."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    def after(row: dict, overrides: list[str]) -> list[str]:
+        (tmp_path / gpu_check.PHASE_1_SHAPES).write_text(json.dumps([row]))
+        args = gpu_check.argparse.Namespace(work=tmp_path, overrides=overrides)
+        return gpu_check.decode_after_phase_1(args)
+
+    dropped = {
+        "shape": "smollm2-135m",
+        "ragrl": {
+            "step_seconds": 5.863, "rollout_seconds": 2.466, "decode": {"graph dropped": 1},
+            "decode_refusal": "the graph did not record: it->second->use_count > 0 INTERNAL ASSERT FAILED",
+        },
+        "ragrl_loop": {"step_seconds": 8.68, "decode": {"loop": 1}, "decode_refusal": None},
+    }  # fmt: skip
+    assert after(dropped, []) == ["--set=train.model.decode=static"]
+    assert after(dropped, ["train.model.decode=loop"]) == []
+    held = {**dropped, "ragrl": {**dropped["ragrl"], "decode": {"graph": 1}, "decode_refusal": None}}
+    assert after(held, []) == []
+    (tmp_path / gpu_check.PHASE_1_SHAPES).unlink()
+    assert gpu_check.decode_after_phase_1(gpu_check.argparse.Namespace(work=tmp_path, overrides=[])) == []

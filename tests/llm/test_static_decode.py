@@ -64,6 +64,28 @@ def test_static_decoding_gives_the_loops_generations(name: str, temperature: flo
     assert {g.metadata["decode"] for g in loop} == {"loop"}
 
 
+@pytest.mark.parametrize("name", ["llama", "llama-eager"])
+def test_static_decoding_under_accelerates_mixed_precision(name: str) -> None:
+    """fp32 weights prepared by accelerate for bf16 mixed precision (``train.mixed_precision=bf16``, as
+    the trainers do): the prepared forward enters autocast, so the prefill's values are bf16, and the
+    static step, which calls the decoder's layers directly, must enter the same autocast. Without it
+    the step wrote fp32 values into bf16 buffers and raised (the first H200 run, 2026-11-29: every
+    seed's warm-start evaluation). Greedy, the loop's tokens, with its log-probs to bf16 rounding.
+    The forward is wrapped as ``Accelerator.prepare`` wraps it (an ``Accelerator`` here would fix the
+    process's mixed precision for every later test)."""
+    model = MODELS[name]()
+    model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
+    assert next(model.parameters()).dtype == torch.float32
+    tok, params = tokenizer(), SamplingParams(max_new_tokens=12, temperature=0.0, seed=3)
+    loop = TransformersBackend(model, tok, batch_size=4, decode="loop").generate(PROMPTS, params)
+    static = TransformersBackend(model, tok, batch_size=4, decode="static").generate(PROMPTS, params)
+    assert_same(static, loop, atol=3e-2)
+    assert {g.metadata["decode"] for g in static} == {"static"}
+    decoder, _, _ = prefill(model, PROMPTS, steps=4)
+    assert decoder.autocast_dtype == torch.bfloat16
+    assert prefill(MODELS[name](), PROMPTS, steps=4)[0].autocast_dtype is None  # plain fp32: no autocast
+
+
 def test_rows_that_finish_early_and_eos() -> None:
     """Rows stopped by EOS, a stop token or the length at different steps: the static step keeps feeding
     them (its shapes are fixed) and their generations do not change."""
@@ -187,15 +209,24 @@ class FakeCuda:
     """The CUDA calls around a graph's recording, on a CPU: streams, devices and pools are stand-ins, and
     the graph does what a test says its recording and replay do (a real CUDA graph cannot run here).
     ``events`` lists the calls that matter: recordings begun, the allocator told to stop routing to the
-    pool, and the sync-debug mode set."""
+    pool, and the sync-debug mode set. The device's random generator is modelled as torch has it:
+    ``capture_begin`` marks it as recording before anything can fail, only a ``capture_end`` that
+    succeeds unmarks it, and a random draw while it is marked raises. The test's hooks apply to the
+    first recording (the decoding step's); ``reset_fails`` makes the second (ragrl's trivial recording
+    that puts the generator back) fail too."""
 
     recording = False
+    generator_recording = False
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, capture_begin, replay, capture_end=None) -> None:  # noqa: ANN001
+    def __init__(  # noqa: PLR0913
+        self, monkeypatch: pytest.MonkeyPatch, capture_begin, replay, capture_end=None, reset_fails=False  # noqa: ANN001
+    ) -> None:
         import contextlib
 
         events = self.events = []
         debug = {"mode": 0}
+        FakeCuda.recording = FakeCuda.generator_recording = False
+        made = []
 
         class Stream:
             def __init__(self, *args: object) -> None:
@@ -205,17 +236,35 @@ class FakeCuda:
                 pass
 
         class Graph:
+            def __init__(self) -> None:
+                made.append(self)
+                self.first = len(made) == 1
+
             def capture_begin(self, **kwargs: object) -> None:
                 events.append("capture_begin")
-                capture_begin()
+                FakeCuda.generator_recording = True
+                if self.first:
+                    capture_begin()
+                elif reset_fails:
+                    raise RuntimeError("CUDA error: the reset's recording failed too")
 
             def capture_end(self) -> None:
                 FakeCuda.recording = False
-                if capture_end is not None:
+                if self.first and capture_end is not None:
                     capture_end()
+                FakeCuda.generator_recording = False
 
             def replay(self) -> None:
                 replay()
+
+        real_rand = torch.rand
+
+        def rand(*args: object, **kwargs: object) -> torch.Tensor:
+            if FakeCuda.generator_recording:
+                raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+            return real_rand(*args, **kwargs)
+
+        monkeypatch.setattr(torch, "rand", rand)
 
         def set_mode(mode: object) -> None:
             debug["mode"] = mode
@@ -294,10 +343,29 @@ def test_a_graph_that_does_not_record_goes_on_eagerly(monkeypatch: pytest.Monkey
         step.reason
         == "the graph did not record: CUDA error: operation not permitted when stream is capturing"
     )
-    assert fake.events.count("capture_begin") == 1 and fake.events.count("end pool") == 1
+    # the step's recording, then the trivial one that takes the random generator out of recording
+    assert fake.events.count("capture_begin") == 2 and fake.events.count("end pool") == 1
+    assert not FakeCuda.generator_recording
     assert recorder.refusal == step.reason
     _, _, again = decode_both_ways(model, lambda decoder: CudaGraphStep(decoder, recorder))
-    assert again.outcome == "graph dropped" and fake.events.count("capture_begin") == 1  # not tried again
+    assert again.outcome == "graph dropped" and fake.events.count("capture_begin") == 2  # not tried again
+
+
+def test_a_generator_left_recording_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the trivial recording that puts the random generator back fails too, the call still goes on
+    eagerly (ragrl samples on the CPU), and the reason says the device's generator may be unusable."""
+
+    def refuse() -> None:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    FakeCuda(monkeypatch, capture_begin=refuse, replay=lambda: None, reset_fails=True)
+    eager, graphed, step = decode_both_ways(llama(), lambda d: CudaGraphStep(d, GraphRecorder()))
+    assert torch.allclose(eager, graphed, atol=1e-6)
+    assert step.reason == (
+        "the graph did not record: CUDA error: operation not permitted when stream is capturing (and the "
+        "device's random generator may still be marked as recording: CUDA error: the reset's recording "
+        "failed too)"
+    )
 
 
 def test_a_step_that_waits_on_the_cpu_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -391,10 +459,40 @@ def test_fsdp_is_not_supported(one_process_group) -> None:  # noqa: ANN001
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_failed_recording_leaves_the_random_generator_usable() -> None:
+    """What the first H200 run met (2026-11-29): a recording into the id of a pool whose graph was freed
+    while its memory stays cached is refused by torch's allocator after ``capture_begin`` has marked the
+    device's random generator as recording, and every later random draw raised. ragrl records into a
+    fresh pool each time; after a failed recording it ends the generator's recording."""
+    from ragrl.llm.static_decode import _end_generator_recording
+
+    pool, x = torch.cuda.graph_pool_handle(), torch.zeros(1, device="cuda")
+    first = torch.cuda.CUDAGraph()
+    first.capture_begin(pool=pool)
+    y = x + 1  # noqa: F841 - kept: the pool's memory outlives its graph
+    first.capture_end()
+    del first
+    second = torch.cuda.CUDAGraph()
+    try:
+        second.capture_begin(pool=pool)
+    except RuntimeError:
+        pass
+    else:
+        second.capture_end()
+        pytest.skip(f"torch {torch.__version__} records into a freed graph's pool")
+    with pytest.raises(RuntimeError, match="Offset increment outside graph capture"):
+        torch.rand(1, device="cuda")
+    assert _end_generator_recording(torch.device("cuda"), torch.cuda.Stream()) == ""
+    assert torch.rand(1, device="cuda").item() < 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_the_cuda_graph_decodes_what_the_loop_does() -> None:
-    """On a GPU: the recorded graph passes its check and replays the decoding step. In float32 it gives
-    the loop's generations; in bfloat16 the eager static step's (the same kernels; sampled sequences
-    may part at a near tie, so 90% of them must be identical)."""
+    """On a GPU: the recorded graph passes its check and replays the decoding step, in every call (40
+    prompts: three batches, three graphs; the first H200 run dropped the second's, its pool named again).
+    In float32 it gives the loop's generations; in bfloat16 the eager static step's (the same kernels;
+    sampled sequences may part at a near tie, so 90% of them must be identical)."""
     tok = tokenizer()
     prompts = PROMPTS * 8
     params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, stop=["w7 w8"])

@@ -161,6 +161,11 @@ class StaticDecoder:
                 out.append(buffer)
         device, dtype = keys[0].device, keys[0].dtype
         self.keys, self.values = keys, values
+        computed = values[0].dtype  # the keys may be wider: rotary embeddings in fp32 promote them
+        self.autocast_dtype = computed if computed != self.decoder.embed_tokens.weight.dtype else None
+        """The dtype the prefill computed in when it differs from the weights': the prefill ran under
+        autocast (accelerate's prepared forward enters it for ``train.mixed_precision``), and the step
+        calls the decoder's layers directly, outside that forward, so it enters the same autocast."""
         self.attend = torch.full((rows, 1, 1, total), torch.finfo(dtype).min, dtype=dtype, device=device)
         self.attend[:, 0, 0, :width].masked_fill_(attention_mask.bool(), 0.0)
         self.column = torch.tensor([width], dtype=torch.long, device=device)
@@ -176,7 +181,15 @@ class StaticDecoder:
 
     def step(self) -> torch.Tensor:
         """One decoding step over the fed tokens: the last position's logits, ``[rows, vocab]``; the
-        state advances one column."""
+        state advances one column. In the prefill's autocast when it ran under one (``autocast_dtype``)."""
+        device_type = self.column.device.type
+        if self.autocast_dtype is None or torch.is_autocast_enabled(device_type):
+            return self._step()
+        # no cache of cast weights: a graph records the casts (a cache would free them on exit)
+        with torch.autocast(device_type, dtype=self.autocast_dtype, cache_enabled=False):
+            return self._step()
+
+    def _step(self) -> torch.Tensor:
         self.attend.index_fill_(-1, self.column, 0.0)
         hidden = self.decoder.embed_tokens(self.tokens)
         rope = self.decoder.rotary_emb(hidden, position_ids=self.position)
@@ -218,26 +231,24 @@ class StaticDecoder:
 
 class GraphRecorder:
     """What one backend's calls share for their graphs: per device one side stream to record on (its
-    cuBLAS workspace made by the first checked step, outside any graph's memory) and one graph memory
-    pool (a call's graph is freed before the next one records), and ``refusal``: why graphs were given
-    up. A recording that fails can leave torch's allocator still routing to the graph's pool (torch raises
-    before it ends the routing), so after one failure, or one graph that disagrees, no call records again:
-    the calls decode eagerly over the static buffers and report ``graph dropped`` with the reason."""
+    cuBLAS workspace made by the first checked step, outside any graph's memory), and ``refusal``: why
+    graphs were given up. Each recording takes a memory pool of its own (``torch.cuda.graph_pool_handle``):
+    a pool named again after its graph was freed, while its memory is still cached, makes torch's
+    allocator refuse the recording (``use_count > 0 INTERNAL ASSERT FAILED``: the first H200 run of the
+    graph, 2026-11-29, where every call's graph after the first was dropped). A recording that fails can
+    leave torch's allocator still routing to the graph's pool and the device's random generator marked as
+    recording (torch raises before it ends either), so after one failure, or one graph that disagrees, no
+    call records again: the calls decode eagerly over the static buffers and report ``graph dropped`` with
+    the reason."""
 
     def __init__(self) -> None:
         self.streams: dict[torch.device, Any] = {}
-        self.pools: dict[torch.device, Any] = {}
         self.refusal: str | None = None
 
     def stream(self, device: torch.device) -> Any:
         if device not in self.streams:
             self.streams[device] = torch.cuda.Stream(device)
         return self.streams[device]
-
-    def pool(self, device: torch.device) -> Any:
-        if device not in self.pools:
-            self.pools[device] = torch.cuda.graph_pool_handle()
-        return self.pools[device]
 
 
 def _stop_routing_to_pool(device: torch.device, pool: Any) -> None:
@@ -288,7 +299,7 @@ class CudaGraphStep:
     def _record(self) -> torch.Tensor:
         """The second step: eagerly, then recorded, replayed and checked against the eager one."""
         device = self.decoder.column.device
-        side, pool = self.recorder.stream(device), self.recorder.pool(device)
+        side, pool = self.recorder.stream(device), torch.cuda.graph_pool_handle()
         before = self.decoder.state()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -304,7 +315,8 @@ class CudaGraphStep:
         torch.cuda.current_stream().wait_stream(side)
         if failure is not None:  # nothing ran: the eager step's writes stand
             self.decoder.restore(after)
-            return self._drop(f"the graph did not record: {_brief(failure)}", eager)
+            reason = f"the graph did not record: {_brief(failure)}"
+            return self._drop(reason + _end_generator_recording(device, side), eager)
         if int(self.decoder.column) != before[0]:  # recording ran the step: it again, eagerly
             self.decoder.restore(before)
             eager = self.decoder.step()
@@ -362,6 +374,28 @@ class CudaGraphStep:
         self.outcome, self.reason = "graph dropped", reason
         self.recorder.refusal = reason
         return logits
+
+
+def _end_generator_recording(device: torch.device, side: Any) -> str:
+    """After a failed recording: take the device's random generator out of its recording state. torch's
+    ``capture_begin`` starts the generator's recording before it can fail, and only a ``capture_end``
+    that succeeds ends it; until then every random draw on the device (``torch.randn``, ``generate``'s
+    sampling, weight initialisation) raises "Offset increment outside graph capture encountered
+    unexpectedly" (the first H200 run: ``generate`` and TRL's trainer failed so after a dropped graph). A
+    trivial recording that succeeds ends it. ragrl's own sampling draws on the CPU and is not affected.
+    Returns "" when the generator was put back, else a note for the reason."""
+    try:
+        with torch.cuda.stream(side):
+            scratch = torch.zeros(1, device=device)
+            graph = torch.cuda.CUDAGraph()
+            graph.capture_begin(pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local")
+            scratch.add_(1)
+            graph.capture_end()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.rand(1, device=device)  # raises while the generator still thinks it is recording
+    except RuntimeError as e:
+        return f" (and the device's random generator may still be marked as recording: {_brief(e)})"
+    return ""
 
 
 def _brief(e: BaseException) -> str:
