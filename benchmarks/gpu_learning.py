@@ -82,7 +82,7 @@ INSTRUCT_SETTINGS = (
 chosen); ``--set`` overrides go on top."""
 
 PRECISION = ("train.model.dtype=float32", "train.mixed_precision=bf16")
-"""fp32 master weights, bf16 compute (on the CPU the path stays fp32)."""
+"""fp32 master weights, bf16 compute (on the CPU, the toy path's, as CPU autocast)."""
 
 TOY_SETTINGS = (
     "train.sft.max_steps=2",
@@ -96,9 +96,12 @@ TOY_SETTINGS = (
     "rollout.max_new_tokens=12",
     "rollout.max_total_tokens=160",
     "rollout.max_obs_tokens=48",
+    "train.cpu_mixed_precision=true",
+    "train.model.decode=static",  # what a GPU's auto decodes with, its graph aside (CPU's auto: the loop)
 )
 """The CPU's toy scale of the same path, on top of ``INSTRUCT_SETTINGS``, from the shipped reader base in
-the model's place (nothing is expected to learn in two steps)."""
+the model's place (nothing is expected to learn in two steps), in the GPU recipe's bf16 mixed precision
+(CPU autocast) and over static buffers, as a GPU decodes."""
 
 
 def one_seed(args: argparse.Namespace) -> None:
@@ -248,6 +251,11 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
     budget = rb.BUDGET["search_r1"] + (
         ["rollout.max_new_tokens=12", "rollout.max_turns=2"] if args.toy else []
     )
+    # on the CPU's toy path, as a GPU computes and decodes (TOY_SETTINGS)
+    precision = [
+        *PRECISION,
+        *(["train.cpu_mixed_precision=true", "train.model.decode=static"] if args.toy else []),
+    ]
     sft = args.out / "real" / "sft"
     common = [f"train.data.train={pool}", f"train.data.index={pooled}", "train.data.eval=null", *budget]
     # real passages make ~1,200-token sequences: SFT's batch of 16 in one micro-batch, unchecked, needed
@@ -257,7 +265,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
         "sft", "search_r1", "--demos", "oracle", "--out", str(sft),
         *rb.sets([f"train.model.path={args.model}", *common, "train.eval_every=0",
                   f"train.sft.max_steps={args.real_sft_steps}", "train.sft.batch_size=16",
-                  "train.sft.lr=2e-5", *memory, *PRECISION, *args.overrides]),
+                  "train.sft.lr=2e-5", *memory, *precision, *args.overrides]),
         log=args.out / "real" / "sft.log",
     )  # fmt: skip
     grpo = args.out / "real" / "grpo"
@@ -268,7 +276,7 @@ def real_part(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"train.grpo.prompts_per_step={2 if args.toy else 32}", f"rollout.n={2 if args.toy else 5}",
                   "train.optim.lr=1e-5", "train.optim.warmup_steps=2", "train.grpo.kl=low_var_kl",
                   "train.grpo.kl_coef=0.001",
-                  *memory, "train.model.generation_batch_size=256", *PRECISION, *args.overrides]),
+                  *memory, "train.model.generation_batch_size=256", *precision, *args.overrides]),
         log=args.out / "real" / "grpo.log",
     )  # fmt: skip
     # the four evaluations two at a time on a GPU (a sample's two policies side by side): the call's

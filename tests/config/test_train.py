@@ -20,6 +20,7 @@ def test_defaults_validate() -> None:
     [
         {"grpo.prompts_per_step": 16, "grpo.minibatches": 4, "grpo.ppo_epochs": 2},
         {"mixed_precision": "bf16", "optim.schedule": "cosine", "grpo.old_logprobs": "rollout"},
+        {"mixed_precision": "bf16", "cpu_mixed_precision": True},
         {"mixed_precision": "fp16", "optim.schedule": "linear", "grpo.old_logprobs": "recompute"},
         {"steps": 1, "grpo.prompts_per_step": 1, "sft.batch_size": 1},
     ],
@@ -50,6 +51,7 @@ def _set(cfg: TrainConfig, settings: dict[str, Any]) -> TrainConfig:
         ({"grpo.prompts_per_step": 16, "grpo.minibatches": 3}, "train.grpo.minibatches"),
         ({"grpo.old_logprobs": "x"}, "train.grpo.old_logprobs"),
         ({"mixed_precision": "fp8"}, "train.mixed_precision"),
+        ({"mixed_precision": "fp16", "cpu_mixed_precision": True}, "train.cpu_mixed_precision"),
         ({"optim.schedule": "exp"}, "train.optim.schedule"),
     ],
 )

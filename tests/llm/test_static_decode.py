@@ -219,7 +219,12 @@ class FakeCuda:
     generator_recording = False
 
     def __init__(  # noqa: PLR0913
-        self, monkeypatch: pytest.MonkeyPatch, capture_begin, replay, capture_end=None, reset_fails=False  # noqa: ANN001
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        capture_begin,
+        replay,
+        capture_end=None,
+        reset_fails=False,  # noqa: ANN001
     ) -> None:
         import contextlib
 

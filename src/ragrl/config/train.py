@@ -292,7 +292,11 @@ class TrainConfig:
     """The trainer of ``ragrl train``: ``grpo`` (one policy-gradient step per step) or ``cycles``
     (preference cycles: siblings, reward model, DPO; ``train.cycles``)."""
     mixed_precision: str = "no"
-    """accelerate's ``no`` / ``bf16`` / ``fp16`` (GPU); the CPU path stays fp32."""
+    """accelerate's ``no`` / ``bf16`` / ``fp16`` (GPU); the CPU path stays fp32 (``cpu_mixed_precision``)."""
+    cpu_mixed_precision: bool = False
+    """Take ``mixed_precision: bf16`` on the CPU too (accelerate's CPU autocast). Off, a CPU run stays
+    fp32 whatever the config asks. The GPU check's toy path turns it on, so that its CPU runs compute as
+    the GPU recipe does: the first H200 run met a bf16-only failure the fp32 toy path had not."""
     eval_every: int = 0
     """Held-out evaluation every N steps (0: only before and after training)."""
     eval_temperature: float = 0.0

@@ -195,6 +195,11 @@ def check_train_config(config: Any) -> None:
         config.mixed_precision = "no"
     if config.mixed_precision not in ("no", "bf16", "fp16"):
         raise RagrlError(f"train.mixed_precision must be no|bf16|fp16, got {config.mixed_precision!r}")
+    if config.cpu_mixed_precision and config.mixed_precision == "fp16":
+        raise RagrlError(
+            f"train.cpu_mixed_precision with train.mixed_precision {config.mixed_precision!r}: the CPU's "
+            "autocast is bf16; use train.mixed_precision=bf16"
+        )
     if config.dpo.beta <= 0 or not 0.0 <= config.dpo.label_smoothing < 0.5:
         raise RagrlError(
             f"train.dpo.beta must be > 0 and train.dpo.label_smoothing in [0, 0.5), got {config.dpo.beta} "

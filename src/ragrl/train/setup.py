@@ -41,7 +41,8 @@ def make_accelerator(config: TrainConfig) -> Any:
 
     mp = config.mixed_precision
     if not torch.cuda.is_available():
-        mp = "no"  # the CPU path stays fp32
+        if not config.cpu_mixed_precision:
+            mp = "no"  # the CPU path stays fp32
         # accelerate imports DeepSpeed where it is installed (unwrap_model), and DeepSpeed then warns
         # that it guessed the CPU; tell it instead
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
