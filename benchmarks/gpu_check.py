@@ -52,7 +52,9 @@ def environment(out: Path) -> None:
 
     from ragrl.llm.environment import record_environment
 
-    record_environment(out / "environment.json")
+    # the device named: the record reads the GPU's name only where CUDA is started or a device given (the
+    # first H200 run's record, made before anything touched CUDA, had the count and no name)
+    record_environment(out / "environment.json", device="cuda" if torch.cuda.is_available() else None)
     lines = [
         f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
         f"python {platform.python_version()} ({sys.executable})",
