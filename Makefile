@@ -122,14 +122,16 @@ test: lint
 	$(BIN)/python $(DEEPSPEED_OPS)
 	$(BIN)/python -m pytest -q
 
-# The lent GPU machines' transformers and the TRL the device bundle carries, in a virtualenv of their own
-# (docs/performance.md, "The GPU check"), on the 2.13.0 CPU build (their torch is 2.11 CUDA; the other
-# libraries are the main environment's versions, not pinned to theirs). `make test-device-versions` runs
-# the default suite there (CI runs it), so the code a lent GPU runs never meets its transformers and TRL
-# for the first time on the GPU.
+# The lent GPU machines' libraries and the TRL the device bundle carries, in a virtualenv of their own
+# (docs/performance.md, "The GPU check"), on the 2.13.0 CPU build. The versions are those the third GPU
+# run's environment.json listed (2026-11-29): transformers, tokenizers, accelerate, peft, safetensors,
+# sentence-transformers. Not pinned: torch (theirs is 2.11 CUDA), and numpy 2.5.2 and scipy 1.18.1, which
+# need Python 3.12 (theirs; 3.11 here). `make test-device-versions` runs the default suite there (CI runs
+# it), so the code a lent GPU runs never meets those versions for the first time on the GPU.
 DEVICE_VENV  ?= .venv-device
 DEVICE_STAMP := $(DEVICE_VENV)/.installed
-DEVICE_TRANSFORMERS := transformers==5.17.0
+DEVICE_TRANSFORMERS := transformers==5.17.0 tokenizers==0.23.2 accelerate==1.15.0 peft==0.21.0 \
+	safetensors==0.8.0 sentence-transformers==6.0.1
 
 $(DEVICE_STAMP): pyproject.toml
 	@test -x $(DEVICE_VENV)/bin/python || $(PYTHON) -m venv $(DEVICE_VENV)
@@ -141,7 +143,7 @@ $(DEVICE_STAMP): pyproject.toml
 device-versions-env: $(DEVICE_STAMP)
 
 test-device-versions: $(DEVICE_STAMP)
-	$(DEVICE_VENV)/bin/python -c "import transformers, trl; print('transformers', transformers.__version__, 'trl', trl.__version__)"
+	$(DEVICE_VENV)/bin/python -c "import transformers, trl, tokenizers, peft; print('transformers', transformers.__version__, 'trl', trl.__version__, 'tokenizers', tokenizers.__version__, 'peft', peft.__version__)"
 	$(DEVICE_VENV)/bin/python $(DEEPSPEED_OPS)
 	$(DEVICE_VENV)/bin/python -m pytest -q -p no:cacheprovider
 
