@@ -117,6 +117,7 @@ def smollm2_gguf(parts_dir: Path, work: Path) -> Path:
 
 
 def phase_1(args: argparse.Namespace, toy: bool) -> int:
+    (args.work / PHASE_1_SHAPES).unlink(missing_ok=True)  # a rerun's phase 2 must not read an older row
     environment(args.out)
     # the files that hold GPU-marked tests only: collecting the whole suite would import what a GPU
     # machine may lack (FastAPI, faiss) and fail before any GPU test runs

@@ -162,7 +162,8 @@ class StaticDecoder:
         device, dtype = keys[0].device, keys[0].dtype
         self.keys, self.values = keys, values
         computed = values[0].dtype  # the keys may be wider: rotary embeddings in fp32 promote them
-        self.autocast_dtype = computed if computed != self.decoder.embed_tokens.weight.dtype else None
+        weights = next(self.layers[0].parameters()).dtype
+        self.autocast_dtype = computed if computed != weights else None
         """The dtype the prefill computed in when it differs from the weights': the prefill ran under
         autocast (accelerate's prepared forward enters it for ``train.mixed_precision``), and the step
         calls the decoder's layers directly, outside that forward, so it enters the same autocast."""
@@ -183,9 +184,13 @@ class StaticDecoder:
         """One decoding step over the fed tokens: the last position's logits, ``[rows, vocab]``; the
         state advances one column. In the prefill's autocast when it ran under one (``autocast_dtype``)."""
         device_type = self.column.device.type
-        if self.autocast_dtype is None or torch.is_autocast_enabled(device_type):
+        if self.autocast_dtype is None or (
+            torch.is_autocast_enabled(device_type)
+            and torch.get_autocast_dtype(device_type) == self.autocast_dtype
+        ):  # no autocast, or the caller's is the prefill's (the trainers' rollouts run inside theirs)
             return self._step()
-        # no cache of cast weights: a graph records the casts (a cache would free them on exit)
+        # without the cast cache: it would live within this one step anyway (the weights are cast once a
+        # step either way), and nothing cached outlives a recording
         with torch.autocast(device_type, dtype=self.autocast_dtype, cache_enabled=False):
             return self._step()
 
@@ -230,25 +235,44 @@ class StaticDecoder:
 
 
 class GraphRecorder:
-    """What one backend's calls share for their graphs: per device one side stream to record on (its
-    cuBLAS workspace made by the first checked step, outside any graph's memory), and ``refusal``: why
-    graphs were given up. Each recording takes a memory pool of its own (``torch.cuda.graph_pool_handle``):
-    a pool named again after its graph was freed, while its memory is still cached, makes torch's
-    allocator refuse the recording (``use_count > 0 INTERNAL ASSERT FAILED``: the first H200 run of the
-    graph, 2026-11-29, where every call's graph after the first was dropped). A recording that fails can
-    leave torch's allocator still routing to the graph's pool and the device's random generator marked as
-    recording (torch raises before it ends either), so after one failure, or one graph that disagrees, no
-    call records again: the calls decode eagerly over the static buffers and report ``graph dropped`` with
-    the reason."""
+    """What one backend's calls share for their graphs, per device: one side stream to record on (its
+    cuBLAS workspace made by the first checked step, outside any graph's memory), one graph memory pool,
+    and the last call's graph, held until the next recording has taken its share of the pool
+    (``hold``); and ``refusal``: why graphs were given up.
+
+    Why the last graph is held: torch's allocator refuses a recording into a pool whose graphs were all
+    freed while its memory stays cached (``use_count > 0 INTERNAL ASSERT FAILED``). The first H200 run
+    (2026-11-29) met it: each call's graph was freed when the call ended, and every call after the first
+    dropped its graph. A pool of its own for each recording would leave each freed pool's memory cached
+    until ``empty_cache`` (tens of MB a call, hundreds of calls a run). A held graph is never replayed
+    again: the next recording may reuse its memory.
+
+    A recording that fails can leave torch's allocator still routing to the pool and (torch <= 2.11) the
+    device's random generator marked as recording, since torch raises before it ends either; so after
+    one failure, or one graph that disagrees, no call records again: the calls decode eagerly over the
+    static buffers and report ``graph dropped`` with the reason."""
 
     def __init__(self) -> None:
         self.streams: dict[torch.device, Any] = {}
+        self.pools: dict[torch.device, Any] = {}
+        self.held: dict[torch.device, Any] = {}
         self.refusal: str | None = None
 
     def stream(self, device: torch.device) -> Any:
         if device not in self.streams:
             self.streams[device] = torch.cuda.Stream(device)
         return self.streams[device]
+
+    def pool(self, device: torch.device) -> Any:
+        if device not in self.pools:
+            self.pools[device] = torch.cuda.graph_pool_handle()
+        return self.pools[device]
+
+    def hold(self, device: torch.device, graph: Any) -> Any:
+        """Keep ``graph`` (whose recording into the pool has begun); returns the previous one, for the
+        caller to let go once the recording has ended (not while it runs)."""
+        previous, self.held[device] = self.held.get(device), graph
+        return previous
 
 
 def _stop_routing_to_pool(device: torch.device, pool: Any) -> None:
@@ -299,7 +323,7 @@ class CudaGraphStep:
     def _record(self) -> torch.Tensor:
         """The second step: eagerly, then recorded, replayed and checked against the eager one."""
         device = self.decoder.column.device
-        side, pool = self.recorder.stream(device), torch.cuda.graph_pool_handle()
+        side, pool = self.recorder.stream(device), self.recorder.pool(device)
         before = self.decoder.state()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -352,22 +376,25 @@ class CudaGraphStep:
         self, graph: Any, device: torch.device, pool: Any
     ) -> tuple[torch.Tensor | None, BaseException | None]:
         """Record one step into ``graph`` (nothing runs): its output logits, or the first error. A failed
-        recording is told to the allocator, which torch leaves routing to the pool when it raises."""
+        recording is told to the allocator, which torch leaves routing to the pool when it raises. Once
+        the recording has begun (and holds its share of the pool), the backend holds this graph."""
         try:
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         except RuntimeError as e:
             _stop_routing_to_pool(device, pool)
             return None, e
+        previous = self.recorder.hold(device, graph)
         logits, failure = None, None
         try:
             logits = self.decoder.step()
-        except RuntimeError as e:
+        except Exception as e:  # noqa: BLE001 - whatever stops the step, the recording must be ended
             failure = e
         try:
             graph.capture_end()
         except RuntimeError as e:
             _stop_routing_to_pool(device, pool)
             failure = failure or e
+        del previous  # the last call's graph goes once this recording holds the pool
         return logits, failure
 
     def _drop(self, reason: str, logits: torch.Tensor) -> torch.Tensor:
@@ -383,7 +410,8 @@ def _end_generator_recording(device: torch.device, side: Any) -> str:
     sampling, weight initialisation) raises "Offset increment outside graph capture encountered
     unexpectedly" (the first H200 run: ``generate`` and TRL's trainer failed so after a dropped graph). A
     trivial recording that succeeds ends it. ragrl's own sampling draws on the CPU and is not affected.
-    Returns "" when the generator was put back, else a note for the reason."""
+    (torch 2.13 keeps the recording state per recording, and a failed one leaves no mark: then this
+    changes nothing.) Returns "" when the generator was put back, else a note for the reason."""
     try:
         with torch.cuda.stream(side):
             scratch = torch.zeros(1, device=device)
@@ -392,7 +420,9 @@ def _end_generator_recording(device: torch.device, side: Any) -> str:
             scratch.add_(1)
             graph.capture_end()
         torch.cuda.current_stream().wait_stream(side)
+        state = torch.cuda.get_rng_state(device)
         torch.rand(1, device=device)  # raises while the generator still thinks it is recording
+        torch.cuda.set_rng_state(state, device)  # the probe's draw leaves the seeded stream where it was
     except RuntimeError as e:
         return f" (and the device's random generator may still be marked as recording: {_brief(e)})"
     return ""
