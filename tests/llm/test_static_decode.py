@@ -211,7 +211,8 @@ class FakeCuda:
     ``events`` lists the calls that matter: recordings begun, the allocator told to stop routing to the
     pool, and the sync-debug mode set. The device's random generator is modelled as torch has it:
     ``capture_begin`` marks it as recording before anything can fail, only a ``capture_end`` that
-    succeeds unmarks it, and a random draw while it is marked raises. Pool handles are numbered; the
+    succeeds unmarks it, and a random draw while it is marked raises. As torch's allocator, it refuses
+    a recording into a pool it knows whose graphs are all gone. Pool handles are numbered; the
     test's hooks apply to the recordings into the first pool handed out (the backend's, the decoding
     step's), not to ragrl's trivial recording that puts the generator back, which ``reset_fails``
     makes fail too. ``pools`` lists the pool of each recording begun."""
@@ -231,9 +232,12 @@ class FakeCuda:
 
         events = self.events = []
         debug = {"mode": 0}
+        import weakref
+
         FakeCuda.recording = FakeCuda.generator_recording = False
         pools = self.pools = []
         handles = []
+        live: dict[object, weakref.WeakSet] = {}  # the graphs alive in each pool, as torch counts them
 
         def pool_handle() -> tuple[int, int]:
             handles.append((0, len(handles) + 1))
@@ -251,6 +255,9 @@ class FakeCuda:
                 events.append("capture_begin")
                 pools.append(pool)
                 FakeCuda.generator_recording = True
+                if pool in live and not live[pool]:  # torch's allocator: a known pool with no graph left
+                    raise RuntimeError("it->second->use_count > 0 INTERNAL ASSERT FAILED")
+                live.setdefault(pool, weakref.WeakSet()).add(self)
                 self.decoding = pool == handles[0]
                 if self.decoding:
                     capture_begin()
@@ -521,23 +528,30 @@ def test_fsdp_is_not_supported(one_process_group) -> None:  # noqa: ANN001
 def test_a_failed_recording_leaves_the_random_generator_usable() -> None:
     """What the first H200 run met (2026-11-29): a recording into the id of a pool whose graph was freed
     while its memory stays cached is refused by torch's allocator after ``capture_begin`` has marked the
-    device's random generator as recording, and every later random draw raised. ragrl records into a
-    fresh pool each time; after a failed recording it ends the generator's recording."""
+    device's random generator as recording, and every later random draw raised. ragrl holds the last
+    graph until the next recording has begun; after a failed recording it ends the generator's
+    recording. (Recordings on a side stream: torch refuses the default one.)"""
     from ragrl.llm.static_decode import _end_generator_recording
 
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
     pool, x = torch.cuda.graph_pool_handle(), torch.zeros(1, device="cuda")
-    first = torch.cuda.CUDAGraph()
-    first.capture_begin(pool=pool)
-    y = x + 1  # noqa: F841 - kept: the pool's memory outlives its graph
-    first.capture_end()
-    del first
-    second = torch.cuda.CUDAGraph()
-    try:
-        second.capture_begin(pool=pool)
-    except RuntimeError:
-        pass
-    else:
-        second.capture_end()
+    with torch.cuda.stream(side):
+        first = torch.cuda.CUDAGraph()
+        first.capture_begin(pool=pool)
+        y = x + 1  # noqa: F841 - kept: the pool's memory outlives its graph
+        first.capture_end()
+        del first
+        second = torch.cuda.CUDAGraph()
+        try:
+            second.capture_begin(pool=pool)
+        except RuntimeError:
+            refused = True
+        else:
+            second.capture_end()
+            refused = False
+    torch.cuda.current_stream().wait_stream(side)
+    if not refused:
         pytest.skip(f"torch {torch.__version__} records into a freed graph's pool")
     try:
         torch.rand(1, device="cuda")
