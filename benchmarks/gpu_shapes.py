@@ -14,7 +14,8 @@ text needs). For each size and each number of questions per step (``--questions`
   update (``rollout_seconds``, ``logprob_seconds``, ``update_seconds``), with the peak GPU memory;
 * ``trl``: TRL's ``GRPOTrainer`` on a model built from the same seed, the same prompts, batch, lengths
   and update (one optimizer step over the same micro-batches, β = 0, token-mean loss), when ``trl`` is
-  installed: the time of its second step, and the throughput ratio TRL s/step ÷ ragrl s/step.
+  installed: the time of its second step, its completions' mean length (beside ragrl's), and the
+  throughput ratio TRL s/step ÷ ragrl s/step.
 
 Every side does the same work: one turn of ``--new-tokens`` per sequence (``--max-turns 1``). A
 random model never closes a tag, so with more turns ragrl's rollout would go on with the corrective
@@ -256,7 +257,14 @@ def measure_trl(
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     seconds = [b - a for a, b in itertools.pairwise(ends)]
-    return {"step_seconds": round(statistics.median(seconds), 3), "trl": trl.__version__}
+    # its completions' mean length (TRL's own log): a step that stops its rows early is not like for like
+    lengths = [
+        h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h
+    ]
+    return {
+        "step_seconds": round(statistics.median(seconds), 3), "trl": trl.__version__,
+        "completion_length": round(lengths[-1], 1) if lengths else None,
+    }  # fmt: skip
 
 
 def method_for(args: argparse.Namespace, questions: int, micro: int, decode: str | None = None) -> Any:
@@ -376,6 +384,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         g, o, t = r["generate"], r["ragrl"], r["trl"]
         split = f"{o['rollout_seconds']:.1f} / {o['logprob_seconds']:.1f} / {o['update_seconds']:.1f}"
         trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
+        if t.get("completion_length") is not None:  # against ragrl's response_len
+            trl += f" ({t['completion_length']:.0f} tokens; ragrl {o['response_len']:.0f})"
         lines.append(
             f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
             f"{r['questions']} × {r['sequences'] // r['questions']}"

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 9 s of process starts: CI's slow phase runs it (the default run's 10 minutes)
 def test_the_start_time_benchmark_times_both_starts_and_prints_their_ratio():
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--repeats", "1"],

@@ -4,6 +4,7 @@ gpu_learning.py; docs/performance.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -60,6 +61,9 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     # the toy step decodes over static buffers (the step a GPU replays as a graph), the same step with
     # the plain loop beside it
     assert set(ragrl["decode"]) == {"static"} and set(row["ragrl_loop"]["decode"]) == {"loop"}
+    if importlib.util.find_spec("trl") is not None:  # .venv-device: TRL's step, its completions' length
+        assert row["trl"]["step_seconds"] > 0 and 0 < row["trl"]["completion_length"] <= 8
+        assert "tokens; ragrl" in (out / "shapes.md").read_text()
     assert (
         row["ragrl_loop"]["rollout_seconds"] > 0
         and "plain loop: rollout tok/s" in (out / "shapes.md").read_text()

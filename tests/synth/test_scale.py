@@ -6,12 +6,14 @@ import itertools
 import json
 import statistics
 
+import pytest
 from typer.testing import CliRunner
 
 from ragrl.cli import app
 from ragrl.synth.scale import FUNCTION_WORDS, lexicon, synthetic_corpus
 
 
+@pytest.mark.slow  # 11 s: CI's slow phase runs it (the default run's 10 minutes)
 def test_the_corpus_is_reproducible_prefix_stable_and_about_a_hundred_words_a_passage():
     first = list(synthetic_corpus(12_000, seed=5))
     assert list(synthetic_corpus(12_000, seed=5)) == first

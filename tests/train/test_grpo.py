@@ -97,7 +97,9 @@ def test_watchdog_stops_on_nan_and_keeps_the_last_good_checkpoint(world_dir, tmp
 @pytest.mark.parametrize(
     "extra",
     [
-        pytest.param([], id="grpo"),
+        # 45 s of two processes: slow, for the default run's 10 minutes (CI runs both; the default run keeps
+        # tests/train/test_cli.py's two-process run)
+        pytest.param([], id="grpo", marks=pytest.mark.slow),
         pytest.param(launch.WHITENED, id="whitened", marks=pytest.mark.slow),
     ],
 )

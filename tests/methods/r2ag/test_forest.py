@@ -202,6 +202,7 @@ def test_a_state_grows_its_pruned_tree_one_level_deeper(world_dir):
     assert [v["parent"] for v in state.metadata[TREE_KEY]] == [-1, 0]
 
 
+@pytest.mark.slow  # 23 s of two processes: CI's slow phase runs it (the default run's 10 minutes)
 def test_two_processes_grow_the_same_forest_as_one(world_dir, tmp_path):
     """Each process holds half of a step's trees; the next round's trees are gathered from both in
     process order, so both processes, and a single process, hold the same forest after every step."""
