@@ -146,14 +146,13 @@ def decode_after_phase_1(args: argparse.Namespace) -> list[str]:
 
     record = args.work / PHASE_1_SHAPES
     rows = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else []
-    dropped = [
-        r["ragrl"].get("decode_refusal")
-        for r in rows
-        if "graph dropped" in r.get("ragrl", {}).get("decode", {})
-    ]
-    if not dropped:
+    dropped = next(
+        (r["ragrl"] for r in rows if "graph dropped" in r.get("ragrl", {}).get("decode", {})), None
+    )
+    if dropped is None:
         return []
-    print(f"phase 1 dropped its CUDA graph ({dropped[0]}): phase 2 decodes with train.model.decode=static")
+    why = dropped.get("decode_refusal")
+    print(f"phase 1 dropped its CUDA graph ({why}): phase 2 decodes with train.model.decode=static")
     return ["--set=train.model.decode=static"]
 
 
