@@ -260,6 +260,39 @@ def test_a_generator_left_recording_is_named(monkeypatch: pytest.MonkeyPatch) ->
     )
 
 
+@pytest.mark.parametrize("end_fails", [False, True])
+def test_an_interrupt_while_recording_ends_the_recording(
+    monkeypatch: pytest.MonkeyPatch, end_fails: bool
+) -> None:
+    """Ctrl-C while the step is being recorded (in a notebook the process goes on): the recording is
+    ended, and if ending it fails, the allocator stops routing to the pool and the random generator's
+    mark is taken off by the trivial recording; the interrupt passes on."""
+
+    def end() -> None:
+        if end_fails:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+    fake = FakeCuda(monkeypatch, capture_begin=lambda: setattr(FakeCuda, "recording", True), replay=lambda: None,
+                    capture_end=end)  # fmt: skip
+
+    def step_of(decoder: StaticDecoder) -> CudaGraphStep:
+        real = decoder.step
+
+        def step() -> torch.Tensor:
+            if FakeCuda.recording:
+                raise KeyboardInterrupt
+            return real()
+
+        decoder.step = step  # type: ignore[method-assign]
+        return CudaGraphStep(decoder, GraphRecorder())
+
+    with pytest.raises(KeyboardInterrupt):
+        decode_both_ways(llama(), step_of)
+    assert not FakeCuda.recording and not FakeCuda.generator_recording
+    assert fake.events.count("capture_begin") == (2 if end_fails else 1)  # the trivial one after a failed end
+    assert fake.events.count("end pool") == int(end_fails)
+
+
 def test_a_step_that_waits_on_the_cpu_is_not_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
     """The checked eager step runs with CUDA's sync-debug mode set to error: a step that waits on the CPU
     (an ``.item()`` in a layer, a dynamic rope update) is never recorded, its state is redone whole, and

@@ -377,7 +377,9 @@ class CudaGraphStep:
     ) -> tuple[torch.Tensor | None, BaseException | None]:
         """Record one step into ``graph`` (nothing runs): its output logits, or the first error. A failed
         recording is told to the allocator, which torch leaves routing to the pool when it raises. Once
-        the recording has begun (and holds its share of the pool), the backend holds this graph."""
+        the recording has begun (and holds its share of the pool), the backend holds this graph. An
+        interrupt (Ctrl-C in a notebook, whose process goes on) ends the recording and the generator's
+        mark before it passes on: else every later CUDA call of the process would meet a recording."""
         try:
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         except RuntimeError as e:
@@ -389,11 +391,12 @@ class CudaGraphStep:
             logits = self.decoder.step()
         except Exception as e:  # noqa: BLE001 - whatever stops the step, the recording must be ended
             failure = e
-        try:
-            graph.capture_end()
-        except RuntimeError as e:
-            _stop_routing_to_pool(device, pool)
-            failure = failure or e
+        except BaseException:
+            if _end_capture(graph, device, pool) is not None:
+                _end_generator_recording(device, torch.cuda.current_stream())
+            raise
+        ended = _end_capture(graph, device, pool)  # always: a failed step's recording is ended too
+        failure = failure or ended
         del previous  # the last call's graph goes once this recording holds the pool
         return logits, failure
 
@@ -401,6 +404,17 @@ class CudaGraphStep:
         self.outcome, self.reason = "graph dropped", reason
         self.recorder.refusal = reason
         return logits
+
+
+def _end_capture(graph: Any, device: torch.device, pool: Any) -> RuntimeError | None:
+    """End ``graph``'s recording; if that fails, tell the allocator to stop routing to the pool and
+    return the error."""
+    try:
+        graph.capture_end()
+    except RuntimeError as e:
+        _stop_routing_to_pool(device, pool)
+        return e
+    return None
 
 
 def _end_generator_recording(device: torch.device, side: Any) -> str:
