@@ -272,8 +272,8 @@ def test_an_interrupt_while_recording_ends_the_recording(
         if end_fails:
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
-    fake = FakeCuda(monkeypatch, capture_begin=lambda: setattr(FakeCuda, "recording", True), replay=lambda: None,
-                    capture_end=end)  # fmt: skip
+    begin = lambda: setattr(FakeCuda, "recording", True)  # noqa: E731
+    fake = FakeCuda(monkeypatch, capture_begin=begin, replay=lambda: None, capture_end=end)
 
     def step_of(decoder: StaticDecoder) -> CudaGraphStep:
         real = decoder.step
