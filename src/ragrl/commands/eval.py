@@ -194,7 +194,7 @@ def eval_command(
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl.eval.runner import evaluate
-    from ragrl.llm.environment import environment, record_environment
+    from ragrl.llm.environment import record_environment
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
     from ragrl.retrieval.base import load_retriever
@@ -271,8 +271,6 @@ def eval_command(
         raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
 
     try:  # a vLLM engine's processes: the command cannot exit while they run
-        # taken before the evaluation (nothing after it can lose its results), on the policy's device
-        machine = environment(getattr(policy, "device", None))
         shot_trajectories: list[Any] = []
         if few_shot is not None:
             shots = 2 if shots is None else shots
@@ -339,7 +337,7 @@ def eval_command(
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
     (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
-    record_environment(out / "environment.json", env=machine)  # what the scores came from
+    record_environment(out / "environment.json", env=report.environment)  # what the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))

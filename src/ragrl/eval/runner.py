@@ -21,6 +21,7 @@ from typing import Any
 from ragrl.config import Method
 from ragrl.data.schema import Example
 from ragrl.llm.backend import GenerationBackend
+from ragrl.llm.environment import environment
 from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
@@ -35,6 +36,9 @@ class EvalReport:
     rows: list[dict[str, Any]]
     """One row per trajectory: id, prediction, every metric, rollout stats and reward components."""
     trajectories: list[Trajectory]
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The machine, libraries and code the scores came from (``ragrl.llm.environment.environment``, taken
+    before the rollout on the backend's device); ``ragrl eval`` writes it as ``environment.json``."""
 
 
 def _dedupe(ids: Sequence[str]) -> list[str]:
@@ -146,6 +150,7 @@ def evaluate(
     config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
     examples = list(examples)
+    machine = environment(getattr(backend, "device", None))  # before: nothing after it can lose the rollout
     t0 = time.perf_counter()
     trajectories: list[Trajectory] = []
     step = max(chunk, 1)
@@ -167,4 +172,4 @@ def evaluate(
     scores["seed"] = seed
     scores["rollout_seconds"] = round(elapsed, 3)
     scores["questions_cut"] = sum("question_chars" in ex.metadata for ex in examples)
-    return EvalReport(scores, rows, trajectories)
+    return EvalReport(scores, rows, trajectories, machine)
