@@ -355,11 +355,15 @@ def test_serve_command(tmp_path, toy_bm25, monkeypatch):
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "idx"), "--port", "8123", "--max-k", "5"])
     assert result.exit_code == 0, result.output
     assert started["host"] == "127.0.0.1" and started["port"] == 8123
+    assert started["log_level"] == "warning" and started["access_log"] is False  # quiet unless asked
     assert "at http://127.0.0.1:8123" in result.stderr
     assert "curl -s http://127.0.0.1:8123/retrieve" in result.stderr
     with TestClient(started["app"]) as c:
         assert c.get("/health").json()["fingerprint"] == toy_bm25.fingerprint
         assert c.post("/retrieve", json={"queries": ["a"], "topk": 6}).status_code == 422  # --max-k 5
+
+    result = CliRunner().invoke(app, ["serve", str(tmp_path / "idx"), "--access-log"])
+    assert result.exit_code == 0 and started["access_log"] is True
 
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "missing")])
     assert result.exit_code != 0

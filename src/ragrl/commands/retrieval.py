@@ -207,6 +207,10 @@ def serve(
     rerank: Annotated[
         int | None, typer.Option(help="Dense PQ: exact re-scoring depth × k (default: the index's).", min=0)
     ] = None,
+    access_log: Annotated[
+        bool,
+        typer.Option("--access-log", help="Print a line for every request (off: a trainer sends thousands)."),
+    ] = False,
 ) -> None:
     """Serve an index over HTTP with Search-R1's /retrieve contract (and /health)."""
     from ragrl.retrieval.base import load_retriever
@@ -232,7 +236,10 @@ def serve(
     typer.echo(
         f"serving {index_dir} ({what}) at {url}\n"
         f"  curl -s {url}/retrieve -H 'Content-Type: application/json' -d '{example}'\n"
-        f"  curl -s {url}/health",
+        f"  curl -s {url}/health\n"
+        "Ctrl+C stops it.",
         err=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # uvicorn's own start-up lines repeat the above: only its warnings and errors reach the terminal,
+    # and a line per request only when asked
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
