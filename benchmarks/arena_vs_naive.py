@@ -45,9 +45,8 @@ from tiny_setup import (
 
 from ragrl.data.io import read_examples
 from ragrl.data.references import attach_reference_ids
-from ragrl.eval.runner import evaluate
+from ragrl.eval.runner import collapse_check, evaluate
 from ragrl.methods import load_method
-from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 
 METHODS = {"arena": "arena-tiny", "naive": "arena-naive-tiny"}

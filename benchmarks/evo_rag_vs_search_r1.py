@@ -48,7 +48,7 @@ from tiny_setup import base_overrides, open_workdir, resolve_base, warm_start_th
 
 from ragrl.config.train import ModelConfig  # noqa: E402
 from ragrl.data.io import read_examples  # noqa: E402
-from ragrl.eval.runner import evaluate  # noqa: E402
+from ragrl.eval.runner import collapse_check, evaluate  # noqa: E402
 from ragrl.llm.hf_backend import TransformersBackend  # noqa: E402
 from ragrl.methods import load_method  # noqa: E402
 from ragrl.methods.evo_rag.rewards import max_cosines  # noqa: E402
@@ -56,7 +56,6 @@ from ragrl.metrics.normalize import normalize  # noqa: E402
 from ragrl.retrieval.base import load_retriever  # noqa: E402
 from ragrl.synth.demonstrators import OracleDemonstrator, QuotingOracle  # noqa: E402
 from ragrl.synth.questions import UNANSWERABLE_ANSWER  # noqa: E402
-from ragrl.train.base import collapse_check  # noqa: E402
 from ragrl.train.demo import DEFAULT_COPY_STEPS  # noqa: E402
 from ragrl.train.setup import load_policy, make_accelerator  # noqa: E402
 from ragrl.train.sft import SFTTrainer, demonstration_trajectories  # noqa: E402

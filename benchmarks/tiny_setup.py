@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ragrl.data.io import read_corpus, read_examples
-from ragrl.eval.runner import evaluate
+from ragrl.eval.runner import collapse_check, evaluate
 from ragrl.llm.tiny import CopyPretraining, TinyConfig, create_tiny_policy
 from ragrl.methods import load_method, vocabulary_texts
 from ragrl.metrics.normalize import normalize
@@ -27,7 +27,6 @@ from ragrl.retrieval.bm25 import BM25Retriever
 from ragrl.synth import generate_world
 from ragrl.synth.demonstrators import OracleDemonstrator
 from ragrl.synth.questions import UNANSWERABLE_ANSWER
-from ragrl.train.base import collapse_check
 from ragrl.train.demo import DEFAULT_COPY_STEPS
 from ragrl.train.from_base import base_demonstrator, base_overrides  # noqa: F401 - the comparisons' use
 from ragrl.train.reader import resolve_base  # noqa: F401 - the comparisons' --base

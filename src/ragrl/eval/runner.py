@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -173,3 +174,21 @@ def evaluate(
     scores["rollout_seconds"] = round(elapsed, 3)
     scores["questions_cut"] = sum("question_chars" in ex.metadata for ex in examples)
     return EvalReport(scores, rows, trajectories, machine)
+
+
+NO_ANSWER = "(no answer)"
+"""How ``collapse_check`` names trajectories that ended without an answer."""
+
+
+def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
+    """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
+    (``Example.answerable``) and the most common prediction with its share of the rows."""
+    answerable = {ex.id for ex in examples if ex.answerable}
+    ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
+    predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
+    top, count = predictions.most_common(1)[0] if predictions else ("", 0)
+    return {
+        "eval/em_answerable": round(sum(ems) / len(ems), 6) if ems else 0.0,  # 6: differences stay exact
+        "eval/top_answer": top,
+        "eval/top_answer_share": round(count / len(rows), 4) if rows else 0.0,
+    }

@@ -11,7 +11,6 @@ import dataclasses
 import json
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from ragrl.config.train_checks import RETRIEVAL_EVAL_METRICS
 from ragrl.console import console, progress_bar
 from ragrl.data.schema import Example
 from ragrl.errors import RagrlError
-from ragrl.eval.runner import evaluate
+from ragrl.eval.runner import collapse_check, evaluate
 from ragrl.llm.environment import record_environment
 from ragrl.llm.hf_backend import TransformersBackend
 from ragrl.llm.logprobs import token_logprobs
@@ -465,24 +464,6 @@ def before_after(before: dict[str, Any], after: dict[str, Any], prefix: str = ""
         "em_answerable_after": a("em_answerable"),
         "top_answer_after": a("top_answer"),
         "top_answer_share_after": a("top_answer_share"),
-    }
-
-
-NO_ANSWER = "(no answer)"
-"""How ``collapse_check`` names trajectories that ended without an answer."""
-
-
-def collapse_check(rows: list[dict[str, Any]], examples: list[Any]) -> dict[str, Any]:
-    """What tells learning from a collapse onto one constant answer: EM on the answerable questions only
-    (``Example.answerable``) and the most common prediction with its share of the rows."""
-    answerable = {ex.id for ex in examples if ex.answerable}
-    ems = [float(r.get("em", 0.0)) for r in rows if r["id"] in answerable]
-    predictions = Counter(NO_ANSWER if r.get("prediction") is None else str(r["prediction"]) for r in rows)
-    top, count = predictions.most_common(1)[0] if predictions else ("", 0)
-    return {
-        "eval/em_answerable": round(sum(ems) / len(ems), 6) if ems else 0.0,  # 6: differences stay exact
-        "eval/top_answer": top,
-        "eval/top_answer_share": round(count / len(rows), 4) if rows else 0.0,
     }
 
 

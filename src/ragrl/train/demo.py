@@ -122,8 +122,8 @@ def base_settings() -> list[str]:
 def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
     """EM, EM on the answerable questions, the most common answer and its share, searches, and the
     outcomes of the answerable questions."""
+    from ragrl.eval.runner import collapse_check
     from ragrl.rollout.outcomes import count_outcomes
-    from ragrl.train.base import collapse_check
 
     check = collapse_check(report.rows, list(examples))
     answerable = {ex.id for ex in examples if ex.answerable}
