@@ -70,11 +70,15 @@ def test_the_gpu_check_runs_its_toy_path_and_writes_every_table(tmp_path):
     )
     # three seeds side by side, each with the closing table's figures; the bar's figures
     world = (out / "world.md").read_text().splitlines()
-    assert [line.split("|")[1].strip() for line in world[2:]] == ["0", "1", "2", "mean"]
+    assert [line.split("|")[1].strip() for line in world[2:6]] == ["0", "1", "2", "mean"]
     figures = json.loads((out / "world.json").read_text())
     assert set(figures) == {
-        "gain_mean", "gain_min", "em_answerable_after_mean", "closed_book_max", "closed_book_by_type"
+        "gain_mean", "gain_min", "em_answerable_after_mean", "closed_book_max", "closed_book_by_type",
+        "top_answer_share_max", "bar",
     }  # fmt: skip
+    # the bar's verdict under the table, part by part
+    assert set(figures["bar"]) == {"gain_mean", "gain_min", "closed_book_max", "top_answer_share_max"}
+    assert world[-1].startswith("**Bar: ") and "closed-book <= 0.10 (max" in world[-1]
     for seed in (0, 1, 2):
         summary = json.loads((work / "learning" / f"seed-{seed}" / "summary.json").read_text())
         # the closed-book row by question type: the same answerable questions, the same right answers
@@ -144,3 +148,29 @@ def test_phase_2_decodes_static_when_phase_1_dropped_its_graph(tmp_path):
     assert after(held, []) == []
     (tmp_path / gpu_check.PHASE_1_SHAPES).unlink()
     assert gpu_check.decode_after_phase_1(gpu_check.argparse.Namespace(work=tmp_path, overrides=[])) == []
+
+
+def test_the_world_tables_verdict_reads_the_bar_part_by_part():
+    """The second H200 run's three seeds (2026-11-27, docs/models.md): +3.3, +10.0 and +1.1 points,
+    closed-book 0.111-0.156, the top answer at 8% at most; the bar is not met on the mean, the weakest
+    seed or the closed-book control, and is on the top answer. The bridge questions' closed-book EM
+    (made up here: the run's records did not say) is printed beside it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_learning
+
+    figures = {
+        "gain_mean": (3.3 + 10.0 + 1.1) / 3, "gain_min": 1.1, "closed_book_max": 0.156,
+        "top_answer_share_max": 0.08,
+        "closed_book_by_type": {"0": {"bridge": {"n": 61, "right": 2, "em": 2 / 61}}, "1": {}},
+    }  # fmt: skip
+    figures["bar"] = gpu_learning.bar(figures)
+    assert figures["bar"] == {
+        "gain_mean": False, "gain_min": False, "closed_book_max": False, "top_answer_share_max": True
+    }  # fmt: skip
+    assert gpu_learning.verdict(figures) == (
+        "**Bar: NOT met**: mean gain +4.8 >= +10 NOT met; each seed >= +3 (min +1.1) NOT met; "
+        "closed-book <= 0.10 (max 0.156; bridge questions only: max 0.033) NOT met; "
+        "top answer <= 30% (max 8%) met."
+    )
+    passing = {**figures, "gain_mean": 10.0, "gain_min": 3.0, "closed_book_max": 0.1}
+    assert all(gpu_learning.bar(passing).values())
