@@ -193,10 +193,16 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
     return run_logged(command, args.out / "learning.log")
 
 
+PHASE_3 = ["--shapes", "qwen2.5-3b", "qwen2.5-1.5b", "qwen2.5-0.5b"]
+"""Phase 3's order: the largest shape first. What is left of a session's device time after phases 1 and 2
+holds one or two rows (the third GPU run: one row in 230 s), and the 3B shape is the one no run has
+measured (0.5B: the second run, 1.5B: the third, at 8 questions × 5)."""
+
+
 def phase_3(args: argparse.Namespace, toy: bool) -> int:
-    """The papers' shapes (Qwen2.5-0.5B, 1.5B, 3B; gpu_shapes' defaults), for what is left of the
+    """The papers' shapes (Qwen2.5-3B, 1.5B, 0.5B; each from 8 to 64 questions), for what is left of the
     device time: each row is written as soon as it is measured."""
-    shapes(args, toy, [])
+    shapes(args, toy, PHASE_3)
     return 0
 
 
