@@ -78,8 +78,8 @@ INSTRUCT_SETTINGS = (
     # its whole set: on the answerable ones alone a guess always beats `unknown`, and the closed-book
     # control rose from 0.089 after 5 steps (first GPU run) to 0.111-0.156 after 8 (second; bar 0.10),
     # a comparison's guess between its two names being right half the time. Reasoned from those two
-    # runs, not measured; `world.md`'s "answerable, no answer" column shows a drift towards refusing
-    # (the tiny demo's reason for answerable-only, docs/training.md)
+    # runs, not measured; `world.md`'s "answerable: no answer / unknown" column shows a drift to refusing
+    # as `unknown` on answerable questions (the tiny demo's reason for answerable-only, docs/training.md)
     "train.data.train_answerable_only=false",
     "train.steps=1000",  # an upper bound: train.max_seconds ends the run
     "train.eval_every=25",
@@ -199,7 +199,7 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The table (one row per seed, the mean last) and the figures the bar reads."""
     head = (
         "| seed | answerable EM warm start | after GRPO | gain (points) | closed-book "
-        "| closed-book right, by type | heuristic | top answer (share) | answerable, no answer "
+        "| closed-book right, by type | heuristic | top answer (share) | answerable: no answer / unknown "
         "| GRPO steps | GRPO s | wall s | peak MB | decoded by |"
     )
     lines = [head, "|" + "---|" * 14]
@@ -223,7 +223,8 @@ def world_table(summaries: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
             f"| {s['seed']} | {s['em_answerable_before']:.3f} | {s['em_answerable_after']:.3f} | "
             f"{gain:+.1f} | "
             f"{s['em_answerable_closed_book']:.3f} | {typed} | {s['em_answerable_heuristic']:.3f} | "
-            f"{after['top_answer']!r} ({after['top_answer_share']:.0%}) | {no_answer:.0%} | {s['steps']} | "
+            f"{after['top_answer']!r} ({after['top_answer_share']:.0%}) | {no_answer:.0%} / "
+            f"{after.get('refused_answerable', 0.0):.0%} | {s['steps']} | "
             f"{s['rl_seconds']:.0f} | {s['wall_seconds']:.0f} | {s['peak_memory_mb']:.0f} | "
             f"{'; '.join(f'{k} ×{v}' for k, v in s.get('decode', {}).items()) or '—'}"
             f"{' (' + s['decode_refusal'][:150] + ')' if s.get('decode_refusal') else ''} |"

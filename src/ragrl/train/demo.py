@@ -120,13 +120,21 @@ def base_settings() -> list[str]:
 
 
 def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
-    """EM, EM on the answerable questions, the most common answer and its share, searches, and the
-    outcomes of the answerable questions."""
+    """EM, EM on the answerable questions, the most common answer and its share, searches, the outcomes
+    of the answerable questions, and the share of them the policy refused (answered the unanswerable
+    questions' ``unknown``: a drift towards refusing is a wrong answer to the outcomes, not a missing
+    one)."""
     from ragrl.eval.runner import collapse_check
+    from ragrl.metrics.normalize import normalize
     from ragrl.rollout.outcomes import count_outcomes
+    from ragrl.synth.questions import UNANSWERABLE_ANSWER
 
     check = collapse_check(report.rows, list(examples))
     answerable = {ex.id for ex in examples if ex.answerable}
+    refusal = normalize(UNANSWERABLE_ANSWER)
+    refused = [
+        r for r in report.rows if r["id"] in answerable and normalize(r["prediction"] or "") == refusal
+    ]
     return {
         "em": report.scores.get("em", 0.0),
         "em_answerable": check["eval/em_answerable"],
@@ -137,6 +145,7 @@ def _held_out(report: Any, examples: Sequence[Any]) -> dict[str, Any]:
         # why the answerable questions were missed: searching or reading (docs/eval.md, "Outcomes")
         "outcomes_answerable": count_outcomes([r["outcome"] for r in report.rows if r["id"] in answerable]),
         "em_answerable_by_type": em_by_type(report.rows, examples),
+        "refused_answerable": round(len(refused) / len(answerable), 4) if answerable else 0.0,
     }
 
 
