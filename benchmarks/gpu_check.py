@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/gpu-check-work"), help="run folders")
     ap.add_argument("--phase", choices=["1", "2", "3", "all"], default="all", help="all: 1 and 2")
     ap.add_argument("--parts", type=Path, default=ROOT / ".device", help="the bundle (make device-bundle)")
-    ap.add_argument("--grpo-seconds", type=float, default=280.0, help="gpu_learning's GRPO time per seed")
+    # 320: the second GPU run's seeds spent ~110 s beside GRPO's 292 (SFT, evaluations), the import 27 s,
+    # so phase 2 takes ~460-480 s of its call, under the 9 minutes, and phase 3 keeps ~3 minutes
+    ap.add_argument("--grpo-seconds", type=float, default=320.0, help="gpu_learning's GRPO time per seed")
     ap.add_argument("--toy", action="store_true", help="the toy path even on a GPU")
     ap.add_argument(
         "--set",
