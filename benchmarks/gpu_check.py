@@ -194,9 +194,11 @@ def phase_2(args: argparse.Namespace, toy: bool) -> int:
 
 
 PHASE_3 = ["--shapes", "qwen2.5-3b", "qwen2.5-1.5b", "qwen2.5-0.5b"]
-"""Phase 3's order: the largest shape first. What is left of a session's device time after phases 1 and 2
-holds one or two rows (the third GPU run: one row in 230 s), and the 3B shape is the one no run has
-measured (0.5B: the second run, 1.5B: the third, at 8 questions × 5)."""
+"""Phase 3's order: the largest shape first, the one no run has measured (0.5B: the second run, 1.5B: the
+third, at 8 questions × 5). What is left of a session's device time after phases 1 and 2 is a few
+minutes: the third run's 1.5B row took most of its 230 s call, and a 3B row may take twice that (an
+estimate). A row is written part by part (``generate``, then ragrl's step, then TRL's), so a call cut
+at its limit still brings back the 3B row's first parts."""
 
 
 def phase_3(args: argparse.Namespace, toy: bool) -> int:

@@ -296,8 +296,15 @@ def method_for(args: argparse.Namespace, questions: int, micro: int, decode: str
 def sweep(
     shape: str, args: argparse.Namespace, tokenizer: Any, examples: list[Any], on_row: Any = None
 ) -> list[dict[str, Any]]:
-    """Every batch of ``args.questions`` for one shape, until one runs out of memory."""
+    """Every batch of ``args.questions`` for one shape, until one runs out of memory. ``on_row(row)`` is
+    called as each part of a row is measured (``generate``, then ``ragrl``, then the whole row: the same
+    row object, grown), so the tables hold what a call cut at its limit measured."""
     device = torch.device(args.device)
+
+    def report(row: dict[str, Any]) -> None:
+        if on_row is not None:
+            on_row(row)
+
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
     for questions in args.questions:
@@ -308,14 +315,16 @@ def sweep(
                 model.gradient_checkpointing_enable()
             row["parameters"] = sum(p.numel() for p in model.parameters())
             batch = questions * args.group
-            row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
             method = method_for(args, questions, args.micro_batch)
             qs = filler_messages(tokenizer, (examples * questions)[:questions], method, args.prompt_tokens)
             row["prompt_tokens"] = round(
                 statistics.mean(len(method.protocol.prompt_ids(q, tokenizer)) for q in qs)
             )
+            row["generate"] = measure_generate(model, batch, args.prompt_tokens, args.new_tokens, device)
+            report(row)  # each part as soon as it is measured: a call cut at its limit keeps the row so far
             profile = args.tables_dir / "profile.txt" if args.profile and not args.profiled else None
             row["ragrl"] = measure_ragrl(model, tokenizer, method, qs, device, profile)
+            report(row)
             if args.generate_variants:  # after ragrl's step: a compiler's failure cannot cost the row
                 row["generate_variants"] = generate_variants(model, batch, args, device)
                 # the same step with the plain decoding loop, on the same warm process
@@ -334,8 +343,7 @@ def sweep(
         free(device)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        if on_row is not None:
-            on_row(row)
+        report(row)
         if row.get("oom"):
             break
     return rows
@@ -381,7 +389,16 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM ||||||"
             )
             continue
-        g, o, t = r["generate"], r["ragrl"], r["trl"]
+        g, o, t = r.get("generate", {}), r.get("ragrl"), r.get("trl")
+        if o is None or t is None:  # a row still being measured, or cut at the call's limit: its parts so far
+            step = f"{o['step_seconds']:.2f}" if o else "not reached"
+            lines.append(
+                f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
+                f"{r['questions']} × {r['sequences'] // r['questions']} | {r.get('prompt_tokens', '—')} | "
+                f"{g.get('tokens_per_s', 0):,} | {o.get('rollout_tokens_per_s', 0) if o else 0:,} | {step} | "
+                f"{o['peak_gb'] if o and o['peak_gb'] is not None else '—'} | not reached | — |"
+            )
+            continue
         split = f"{o['rollout_seconds']:.1f} / {o['logprob_seconds']:.1f} / {o['update_seconds']:.1f}"
         trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
         if t.get("completion_length") is not None:  # against ragrl's response_len
@@ -477,8 +494,9 @@ def main(argv: list[str] | None = None) -> None:
     tables.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
 
-    def write(row: dict[str, Any]) -> None:  # after every row: a run stopped at its limit keeps them
-        rows.append(row)
+    def write(row: dict[str, Any]) -> None:  # after every part of a row: a run stopped at its limit keeps it
+        if not rows or rows[-1] is not row:  # a row's first part; later parts grow the same row
+            rows.append(row)
         (tables / "shapes.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
         (tables / "shapes.md").write_text(table(rows) + "\n", encoding="utf-8")
 

@@ -91,6 +91,7 @@ class FakeCuda:
                     raise RuntimeError("CUDA error: the reset's recording failed too")
 
             def capture_end(self) -> None:
+                events.append("capture_end")
                 FakeCuda.recording = False
                 if self.decoding and capture_end is not None:
                     capture_end()
@@ -290,6 +291,7 @@ def test_an_interrupt_while_recording_ends_the_recording(
         decode_both_ways(llama(), step_of)
     assert not FakeCuda.recording and not FakeCuda.generator_recording
     assert fake.events.count("capture_begin") == (2 if end_fails else 1)  # the trivial one after a failed end
+    assert fake.events.count("capture_end") == fake.events.count("capture_begin")  # each recording ended once
     assert fake.events.count("end pool") == int(end_fails)
 
 

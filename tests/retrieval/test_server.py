@@ -343,6 +343,20 @@ def test_server_needs_fastapi(monkeypatch, toy_bm25):
         create_app(toy_bm25)
 
 
+def _assert_logging(started: dict, access_log: bool) -> None:
+    """What uvicorn's loggers let through once it configures them with the arguments ``ragrl serve``
+    passed: its request lines (INFO) only when asked, its start-up lines (INFO) never, warnings always."""
+    import logging
+
+    import uvicorn
+
+    kwargs = {k: v for k, v in started.items() if k != "app"}
+    uvicorn.Config(started["app"], **kwargs)  # configures the loggers, as uvicorn.run does
+    assert logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO) is access_log
+    assert not logging.getLogger("uvicorn.error").isEnabledFor(logging.INFO)
+    assert logging.getLogger("uvicorn.error").isEnabledFor(logging.WARNING)
+
+
 def test_serve_command(tmp_path, toy_bm25, monkeypatch):
     uvicorn = pytest.importorskip("uvicorn")
     from typer.testing import CliRunner
@@ -355,7 +369,8 @@ def test_serve_command(tmp_path, toy_bm25, monkeypatch):
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "idx"), "--port", "8123", "--max-k", "5"])
     assert result.exit_code == 0, result.output
     assert started["host"] == "127.0.0.1" and started["port"] == 8123
-    assert started["log_level"] == "warning" and started["access_log"] is False  # quiet unless asked
+    assert started["access_log"] is False
+    _assert_logging(started, access_log=False)  # quiet: uvicorn's warnings and errors only
     assert "at http://127.0.0.1:8123" in result.stderr
     assert "curl -s http://127.0.0.1:8123/retrieve" in result.stderr
     with TestClient(started["app"]) as c:
@@ -364,6 +379,7 @@ def test_serve_command(tmp_path, toy_bm25, monkeypatch):
 
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "idx"), "--access-log"])
     assert result.exit_code == 0 and started["access_log"] is True
+    _assert_logging(started, access_log=True)  # a line a request, still no start-up lines
 
     result = CliRunner().invoke(app, ["serve", str(tmp_path / "missing")])
     assert result.exit_code != 0

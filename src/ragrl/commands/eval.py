@@ -337,7 +337,7 @@ def eval_command(
     if shot_trajectories:
         write_trajectories(out / "shots.jsonl", shot_trajectories)
     (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
-    record_environment(out / "environment.json", env=report.environment)  # what the scores came from
+    record_environment(out / "environment.json", env=report.environment or None)  # what the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     typer.echo(json.dumps(report.scores, indent=2))

@@ -5,6 +5,7 @@ Heavy imports (bm25s, torch, faiss) happen inside the commands so `ragrl --help`
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from enum import StrEnum
@@ -240,6 +241,18 @@ def serve(
         "Ctrl+C stops it.",
         err=True,
     )
-    # uvicorn's own start-up lines repeat the above: only its warnings and errors reach the terminal,
-    # and a line per request only when asked
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+    uvicorn.run(
+        app, host=host, port=port, log_config=_log_config(access_log), log_level=None, access_log=access_log
+    )
+
+
+def _log_config(access_log: bool) -> dict:
+    """uvicorn's logging, quieter: its start-up lines repeat ours, so only its warnings and errors reach
+    the terminal, and a line a request (logged at INFO) only with ``--access-log``. (Its ``log_level``
+    would set the request lines' logger to the same level and drop them.)"""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["uvicorn.error"]["level"] = "WARNING"
+    config["loggers"]["uvicorn.access"]["level"] = "INFO" if access_log else "WARNING"
+    return config

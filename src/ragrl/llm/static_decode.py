@@ -385,9 +385,9 @@ class CudaGraphStep:
         except RuntimeError as e:
             _stop_routing_to_pool(device, pool)
             return None, e
-        previous = self.recorder.hold(device, graph)
-        logits, failure = None, None
+        logits, failure, previous = None, None, None
         try:
+            previous = self.recorder.hold(device, graph)
             logits = self.decoder.step()
         except Exception as e:  # noqa: BLE001 - whatever stops the step, the recording must be ended
             failure = e
