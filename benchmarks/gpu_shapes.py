@@ -377,6 +377,11 @@ def trl_side(
         free(device)
 
 
+def _split(ragrl: dict[str, Any]) -> str:
+    """A ragrl step's seconds: rollout / log-probs / update."""
+    return f"{ragrl['rollout_seconds']:.1f} / {ragrl['logprob_seconds']:.1f} / {ragrl['update_seconds']:.1f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| shape | params | questions × G | prompt | generate tok/s | ragrl rollout tok/s | ragrl step s "
@@ -384,22 +389,27 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        if r.get("oom"):
+        g, o, t = r.get("generate"), r.get("ragrl"), r.get("trl")
+        if r.get("oom") and g is None:  # out of memory before anything was measured
             lines.append(
                 f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM ||||||"
             )
             continue
-        g, o, t = r.get("generate", {}), r.get("ragrl"), r.get("trl")
-        if o is None or t is None:  # a row still being measured, or cut at the call's limit: its parts so far
-            step = f"{o['step_seconds']:.2f}" if o else "not reached"
+        if o is None or t is None:  # still being measured, cut at the call's limit, or out of memory part way
+            gone = "OOM" if r.get("oom") and o is None else "not reached"  # ragrl's step, when it is missing
+            ragrl = (
+                f"{o['rollout_tokens_per_s']:,} | {o['step_seconds']:.2f} ({_split(o)}) | "
+                f"{o['peak_gb'] if o['peak_gb'] is not None else '—'}"
+                if o
+                else f"— | {gone} | —"
+            )
             lines.append(
                 f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
                 f"{r['questions']} × {r['sequences'] // r['questions']} | {r.get('prompt_tokens', '—')} | "
-                f"{g.get('tokens_per_s', 0):,} | {o.get('rollout_tokens_per_s', 0) if o else 0:,} | {step} | "
-                f"{o['peak_gb'] if o and o['peak_gb'] is not None else '—'} | not reached | — |"
+                f"{g['tokens_per_s']:,} | {ragrl} | not reached | — |"
             )
             continue
-        split = f"{o['rollout_seconds']:.1f} / {o['logprob_seconds']:.1f} / {o['update_seconds']:.1f}"
+        split = _split(o)
         trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
         if t.get("completion_length") is not None:  # against ragrl's response_len
             trl += f" ({t['completion_length']:.0f} tokens; ragrl {o['response_len']:.0f})"
@@ -479,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     import grpo_vs_trl  # noqa: F401 - registers the benchmark reward ``bench_len``
     from transformers import AutoTokenizer
 
-    from ragrl.data.io import read_examples
+    from ragrl.data.io import atomic_write, read_examples
     from ragrl.synth import generate_world
     from ragrl.train.reader import SHIPPED_BASE
 
@@ -497,8 +507,9 @@ def main(argv: list[str] | None = None) -> None:
     def write(row: dict[str, Any]) -> None:  # after every part of a row: a run stopped at its limit keeps it
         if not rows or rows[-1] is not row:  # a row's first part; later parts grow the same row
             rows.append(row)
-        (tables / "shapes.json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-        (tables / "shapes.md").write_text(table(rows) + "\n", encoding="utf-8")
+        # whole files or none: a call killed mid-write leaves the last complete tables
+        atomic_write(tables / "shapes.json", lambda f: f.write(json.dumps(rows, indent=2) + "\n"), mode="w")
+        atomic_write(tables / "shapes.md", lambda f: f.write(table(rows) + "\n"), mode="w")
 
     for shape in args.shapes:
         sweep(shape, args, tokenizer, examples, on_row=write)

@@ -30,10 +30,17 @@ RAGRL = {
 def test_a_row_cut_at_the_calls_limit_shows_what_it_measured():
     before_ragrl = {**ROW, "generate": GENERATE}
     line = gpu_shapes.table([before_ragrl]).splitlines()[2]
-    assert line == "| qwen2.5-1.5b | 1544M | 8 × 5 | 513 | 579 | 0 | not reached | — | not reached | — |"
+    assert line == "| qwen2.5-1.5b | 1544M | 8 × 5 | 513 | 579 | — | not reached | — | not reached | — |"
+    out_of_memory = {**before_ragrl, "oom": True}  # ragrl's step ran out of memory: generate's figure stays
+    line = gpu_shapes.table([out_of_memory]).splitlines()[2]
+    assert line == "| qwen2.5-1.5b | 1544M | 8 × 5 | 513 | 579 | — | OOM | — | not reached | — |"
     before_trl = {**before_ragrl, "ragrl": RAGRL}
     line = gpu_shapes.table([before_trl]).splitlines()[2]
-    assert line == "| qwen2.5-1.5b | 1544M | 8 × 5 | 513 | 579 | 1,628 | 15.26 | 17.21 | not reached | — |"
+    assert line == (
+        "| qwen2.5-1.5b | 1544M | 8 × 5 | 513 | 579 | 1,628 | 15.26 (12.3 / 0.0 / 3.0) | 17.21 | not reached "
+        "| — |"
+    )
+    assert all(line.count("|") == 11 for line in gpu_shapes.table([before_ragrl, out_of_memory]).splitlines())
     whole = {**before_trl, "trl": {"step_seconds": 13.75}, "trl_over_ragrl": 0.9}
     line = gpu_shapes.table([whole]).splitlines()[2]
     assert line == (

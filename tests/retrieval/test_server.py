@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -345,16 +346,23 @@ def test_server_needs_fastapi(monkeypatch, toy_bm25):
 
 def _assert_logging(started: dict, access_log: bool) -> None:
     """What uvicorn's loggers let through once it configures them with the arguments ``ragrl serve``
-    passed: its request lines (INFO) only when asked, its start-up lines (INFO) never, warnings always."""
-    import logging
+    passed: its request lines (INFO) only when asked, its start-up lines (INFO) never, warnings always.
+    In a process of its own: uvicorn's logging set-up closes every handler of the process (pytest's too)."""
+    import subprocess
+    import sys
 
-    import uvicorn
-
-    kwargs = {k: v for k, v in started.items() if k != "app"}
-    uvicorn.Config(started["app"], **kwargs)  # configures the loggers, as uvicorn.run does
-    assert logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO) is access_log
-    assert not logging.getLogger("uvicorn.error").isEnabledFor(logging.INFO)
-    assert logging.getLogger("uvicorn.error").isEnabledFor(logging.WARNING)
+    kwargs = {k: v for k, v in started.items() if k not in ("app", "host", "port")}
+    check = (
+        "import json, logging, sys, uvicorn\n"
+        "uvicorn.Config('unused:app', **json.loads(sys.argv[1]))  # configures the loggers as run() does\n"
+        "print(json.dumps([logging.getLogger(n).isEnabledFor(l) for n, l in (('uvicorn.access', 20),"
+        " ('uvicorn.error', 20), ('uvicorn.error', 30))]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, json.dumps(kwargs)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [access_log, False, True]
 
 
 def test_serve_command(tmp_path, toy_bm25, monkeypatch):
