@@ -300,11 +300,7 @@ def sweep(
     called as each part of a row is measured (``generate``, then ``ragrl``, then the whole row: the same
     row object, grown), so the tables hold what a call cut at its limit measured."""
     device = torch.device(args.device)
-
-    def report(row: dict[str, Any]) -> None:
-        if on_row is not None:
-            on_row(row)
-
+    report = on_row or (lambda row: None)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     rows = []
     for questions in args.questions:
@@ -395,30 +391,23 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"| {r['shape']} | | {r['questions']} × {r['sequences'] // r['questions']} | | OOM ||||||"
             )
             continue
-        if o is None or t is None:  # still being measured, cut at the call's limit, or out of memory part way
-            gone = "OOM" if r.get("oom") and o is None else "not reached"  # ragrl's step, when it is missing
-            ragrl = (
-                f"{o['rollout_tokens_per_s']:,} | {o['step_seconds']:.2f} ({_split(o)}) | "
-                f"{o['peak_gb'] if o['peak_gb'] is not None else '—'}"
-                if o
-                else f"— | {gone} | —"
-            )
-            lines.append(
-                f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
-                f"{r['questions']} × {r['sequences'] // r['questions']} | {r.get('prompt_tokens', '—')} | "
-                f"{g['tokens_per_s']:,} | {ragrl} | not reached | — |"
-            )
-            continue
-        split = _split(o)
-        trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
-        if t.get("completion_length") is not None:  # against ragrl's response_len
-            trl += f" ({t['completion_length']:.0f} tokens; ragrl {o['response_len']:.0f})"
+        # a row still being measured, cut at the call's limit or out of memory part way: its parts so far
+        if o is None:
+            ragrl = f"— | {'OOM' if r.get('oom') else 'not reached'} | —"
+        else:
+            peak = o["peak_gb"] if o["peak_gb"] is not None else "—"
+            ragrl = f"{o.get('rollout_tokens_per_s', 0):,} | {o['step_seconds']:.2f} ({_split(o)}) | {peak}"
+        if t is None:
+            trl, ratio = "not reached", "—"
+        else:
+            trl = f"{t['step_seconds']:.2f}" if "step_seconds" in t else "OOM" if t.get("oom") else "—"
+            if t.get("completion_length") is not None:  # against ragrl's response_len
+                trl += f" ({t['completion_length']:.0f} tokens; ragrl {o['response_len']:.0f})"
+            ratio = r.get("trl_over_ragrl", "—")
         lines.append(
             f"| {r['shape']} | {r['parameters'] / 1e6:.0f}M | "
-            f"{r['questions']} × {r['sequences'] // r['questions']}"
-            f" | {r['prompt_tokens']} | {g['tokens_per_s']:,} | {o.get('rollout_tokens_per_s', 0):,} | "
-            f"{o['step_seconds']:.2f} ({split}) | "
-            f"{o['peak_gb'] if o['peak_gb'] is not None else '—'} | {trl} | {r.get('trl_over_ragrl', '—')} |"
+            f"{r['questions']} × {r['sequences'] // r['questions']} | {r.get('prompt_tokens', '—')} | "
+            f"{g['tokens_per_s']:,} | {ragrl} | {trl} | {ratio} |"
         )
     variants = [r for r in rows if "generate_variants" in r]
     if variants:
