@@ -369,3 +369,21 @@ def test_the_vllm_backend_scores_what_the_transformers_backend_scores(world_dir,
     assert predictions["vllm"] == predictions["transformers"]
     for key in ("em", "f1", "policy_tokens_mean", "searches_per_question"):
         assert scores["vllm"][key] == scores["transformers"][key], key
+
+
+def test_by_scores_each_question_type_apart_and_a_wrong_key_fails_before_the_rollout(world_dir, tmp_path):
+    scores = _eval(world_dir, tmp_path / "by", "--demonstrator", "heuristic", "--n", "60", "--by", "type")
+    examples, _ = read_examples(world_dir / "test.jsonl")
+    type_of = {ex.id: ex.metadata["type"] for ex in examples[:60]}
+    rows = [json.loads(line) for line in (tmp_path / "by" / "per_example.jsonl").read_text().splitlines()]
+    groups = scores["by"]["groups"]
+    assert scores["by"]["key"] == "type" and list(groups) == ["bridge", "comparison"]
+    for name, entry in groups.items():
+        ems = [r["em"] for r in rows if type_of[r["id"]] == name]
+        assert entry["n"] == len(ems) and entry["em"] == pytest.approx(sum(ems) / len(ems))
+    assert 0 < groups["bridge"]["n"] < 60 and groups["bridge"]["em"] != groups["comparison"]["em"]
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    wrong = runner.invoke(app, [*args, "--index", str(world_dir / "bm25"), "--out", str(tmp_path / "w"),
+                                "--demonstrator", "heuristic", "--by", "dataset"])  # fmt: skip
+    assert wrong.exit_code != 0 and "no question has metadata.dataset to group by" in str(wrong.exception)
+    assert not (tmp_path / "w").exists()

@@ -218,3 +218,92 @@ def test_a_metric_asked_for_that_nothing_could_score_is_named(tmp_path, files, c
     assert "warning: recall@5 was not scored: it reads the predictions' retrieved_ids" in " ".join(
         result.stderr.split()
     )
+
+
+MIXED = [  # a mixed test file: two datasets, one question without a source
+    {"id": "h1", "question": "q", "golden_answers": ["paris"], "metadata": {"source": "hotpotqa", "hops": 2}},
+    {"id": "h2", "question": "q", "golden_answers": ["yes"], "metadata": {"source": "hotpotqa", "hops": 10}},
+    {
+        "id": "h3",
+        "question": "q",
+        "golden_answers": ["new york"],
+        "metadata": {"source": "hotpotqa", "hops": 2},
+    },
+    {"id": "w1", "question": "q", "golden_answers": ["oslo"], "metadata": {"source": "2wiki", "hops": 4}},
+    {"id": "n1", "question": "q", "golden_answers": ["x"]},
+]
+MIXED_PREDS = [
+    {"id": "h1", "prediction": "Paris"},  # em 1
+    {"id": "h2", "prediction": "no"},  # em 0
+    {"id": "h3", "prediction": "york"},  # em 0, f1 2/3
+    {"id": "w1", "prediction": "oslo"},  # em 1
+    {"id": "n1", "prediction": "x"},  # em 1
+]
+
+
+def test_by_scores_each_dataset_of_a_mixed_file_apart(tmp_path):
+    pred, gold = write(tmp_path / "p.jsonl", MIXED_PREDS), write(tmp_path / "g.jsonl", MIXED)
+    result = run(pred, "--gold", gold, "--by", "source", "--metrics", "em,f1")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["em"] == pytest.approx(3 / 5)  # the whole file, as without --by
+    assert summary["by"]["key"] == "source"
+    groups = summary["by"]["groups"]
+    assert list(groups) == ["2wiki", "hotpotqa", "(none)"]  # by name, the questions without one last
+    assert groups["hotpotqa"] == {
+        "n": 3,
+        "em": pytest.approx(1 / 3),
+        "f1": pytest.approx((1 + 0 + 2 / 3) / 3),
+    }
+    assert groups["2wiki"] == {"n": 1, "em": 1.0, "f1": 1.0}
+    assert groups["(none)"] == {"n": 1, "em": 1.0, "f1": 1.0}
+    # a table on stderr, the whole file last, and a word on the question without a source
+    table = result.stderr
+    assert "by metadata.source" in table and "0.3333" in table and "0.6000" in table
+    assert table.index("hotpotqa") < table.index("(none)") < table.index("all")
+    assert "1 scored question without metadata.source: grouped as (none)" in table
+    plain = run(pred, "--gold", gold, "--metrics", "em,f1")
+    assert "by" not in json.loads(plain.stdout) and "by metadata" not in plain.stderr
+
+
+def test_by_a_number_orders_numerically_and_bootstraps_each_group_alone(tmp_path):
+    from ragrl.metrics.score import bootstrap_ci, score_files
+
+    pred, gold = write(tmp_path / "p.jsonl", MIXED_PREDS), write(tmp_path / "g.jsonl", MIXED)
+    result = score_files(pred, gold, metrics="em", by="hops", bootstrap=200, seed=3)
+    groups = result.summary["by"]["groups"]
+    assert list(groups) == ["2", "4", "10", "(none)"]  # 2 before 10
+    assert groups["2"]["n"] == 2 and groups["2"]["em"] == 0.5
+    rows_of_2 = [r for r in result.per_example if r["id"] in ("h1", "h3")]
+    assert groups["2"]["ci95"] == bootstrap_ci(rows_of_2, ["em"], 200, 3)  # its own rows only
+    assert groups["10"]["ci95"] == {"em": [0.0, 0.0]} and groups["4"]["ci95"] == {"em": [1.0, 1.0]}
+
+
+def test_by_counts_only_what_was_scored_unless_missing_counts_as_zero(tmp_path):
+    from ragrl.metrics.score import score_files
+
+    pred = write(tmp_path / "p.jsonl", [p for p in MIXED_PREDS if p["id"] != "h1"])
+    gold = write(tmp_path / "g.jsonl", MIXED)
+    left_out = score_files(pred, gold, metrics="em", by="source").summary["by"]["groups"]
+    assert left_out["hotpotqa"] == {"n": 2, "em": 0.0}
+    as_zero = score_files(pred, gold, metrics="em", by="source", missing_as_zero=True).summary["by"]["groups"]
+    assert as_zero["hotpotqa"] == {"n": 3, "em": 0.0} and as_zero["2wiki"] == {"n": 1, "em": 1.0}
+
+
+def test_by_a_key_no_question_has_or_that_names_no_group_is_an_error(tmp_path, capsys):
+    pred, gold = write(tmp_path / "p.jsonl", MIXED_PREDS), write(tmp_path / "g.jsonl", MIXED)
+    with pytest.raises(SystemExit) as e:
+        main(["score", str(pred), "--gold", str(gold), "--by", "level"])
+    assert e.value.code == 2
+    assert f"{gold}: no question has metadata.level to group by (their metadata keys: hops, source)" in (
+        capsys.readouterr().err
+    )
+    listed = [{**q, "metadata": {"source": ["a", "b"]}} if q["id"] == "w1" else q for q in MIXED]
+    with pytest.raises(DataError) as err:
+        CliRunner().invoke(app, ["score", str(pred), "--gold", str(write(gold, listed)), "--by", "source"],
+                           catch_exceptions=False)  # fmt: skip
+    assert err.value.field == "metadata.source" and "'w1'" in str(err.value) and str(gold) in str(err.value)
+    with pytest.raises(RagrlError, match="--by: give a metadata key"):
+        CliRunner().invoke(
+            app, ["score", str(pred), "--gold", str(gold), "--by", " "], catch_exceptions=False
+        )

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ragrl.commands import METHOD_CHOICES
+from ragrl.commands.score import BY_HELP, print_groups
 from ragrl.console import console, progress_bar
 from ragrl.errors import RagrlError
 
@@ -191,12 +192,14 @@ def eval_command(
     force: Annotated[
         bool, typer.Option(help="Replace an earlier evaluation's files in --out (once this one is done).")
     ] = False,
+    by: Annotated[str | None, typer.Option("--by", metavar="KEY", help=BY_HELP)] = None,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl.eval.runner import evaluate
     from ragrl.llm.environment import record_environment
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
+    from ragrl.metrics.score import check_group_key
     from ragrl.retrieval.base import load_retriever
     from ragrl.rollout.limits import check_prompts
     from ragrl.rollout.records import write_trajectories
@@ -216,6 +219,8 @@ def eval_command(
     examples = method_obj.prepare_examples(_load_examples(data, n), str(data))
     if not examples:
         raise RagrlError(f"{data}: no question is left after {method_obj.name}'s preparation")
+    if by is not None:  # before anything loads or rolls out
+        by = check_group_key(examples, by, data)
     if closed_book and index is not None:
         raise RagrlError("--closed-book searches nothing: leave out --index")
     if index is None and method_obj.protocol.needs_retriever and not closed_book:
@@ -305,6 +310,7 @@ def eval_command(
                 bootstrap=bootstrap,
                 chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
                 on_progress=on_progress,
+                by=by,
             )
     finally:
         close = getattr(policy, "close", None)
@@ -340,6 +346,7 @@ def eval_command(
     record_environment(out / "environment.json", env=report.environment or None)  # what the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
+    print_groups(report.scores)
     typer.echo(json.dumps(report.scores, indent=2))
 
 

@@ -12,7 +12,10 @@ from ragrl.console import console, styled
 from ragrl.data.io import write_jsonl
 from ragrl.errors import RagrlError
 from ragrl.metrics.normalize import VARIANTS
-from ragrl.metrics.score import DEFAULT_KS, parse_metrics, score_files, unscored
+from ragrl.metrics.score import DEFAULT_KS, NO_GROUP, parse_metrics, score_files, unscored
+
+GROUP_COLUMNS = ("em", "f1", "cover_em", "acc", "recall@5", "recall@10")
+"""The metrics a ``--by`` table shows, where scored (scores.json holds every one)."""
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -23,6 +26,34 @@ def _parse_ks(text: str) -> list[int]:
     if not ks or any(k < 1 for k in ks):
         raise RagrlError(f"--ks: expected comma-separated positive integers, got {text!r}")
     return ks
+
+
+BY_HELP = (
+    "Also score each value of this metadata key apart (source: each dataset of a mixed file; type, hops, "
+    "...): a table on stderr and the JSON's `by`."
+)
+
+
+def print_groups(summary: dict) -> None:
+    """The ``--by`` table of a summary: each group's size and its main metrics, the whole file last; a
+    warning counts the questions without the key."""
+    from rich.table import Table
+
+    by = summary.get("by")
+    if not by:
+        return
+    groups = by["groups"]
+    shown = [m for m in GROUP_COLUMNS if m in summary]
+    table = Table(by["key"], "n", *shown, title=f"by metadata.{by['key']}")
+    for name, entry in groups.items():
+        table.add_row(name, str(entry["n"]), *(f"{entry[m]:.4f}" if m in entry else "—" for m in shown))
+    table.add_row("all", str(sum(e["n"] for e in groups.values())), *(f"{summary[m]:.4f}" for m in shown))
+    console.print(table)
+    if NO_GROUP in groups:
+        n = groups[NO_GROUP]["n"]
+        plural = "s" if n != 1 else ""
+        message = f"{n} scored question{plural} without metadata.{by['key']}: grouped as {NO_GROUP}"
+        console.print(styled("warning:", "yellow", message))
 
 
 def score(
@@ -77,6 +108,7 @@ def score(
         ),
     ] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+    by: Annotated[str | None, typer.Option("--by", metavar="KEY", help=BY_HELP)] = None,
 ) -> None:
     """Score predictions against a canonical question file; prints one JSON object on stdout."""
     result = score_files(
@@ -88,6 +120,7 @@ def score(
         missing_as_zero=missing_as_zero,
         bootstrap=bootstrap,
         seed=seed,
+        by=by,
     )
     summary = result.summary
     if summary["n_gold"] == 0:
@@ -115,6 +148,7 @@ def score(
     if per_example is not None:
         write_jsonl(per_example, result.per_example)
         console.print(f"wrote {len(result.per_example)} per-example rows to {per_example}", highlight=False)
+    print_groups(summary)
     typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
 
 

@@ -23,7 +23,7 @@ from ragrl.config import Method
 from ragrl.data.schema import Example
 from ragrl.llm.backend import GenerationBackend
 from ragrl.llm.environment import environment
-from ragrl.metrics.score import Prediction, parse_metrics, score_predictions
+from ragrl.metrics.score import Prediction, check_group_key, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
 from ragrl.rollout.outcomes import count_outcomes, outcome
@@ -74,8 +74,10 @@ def score_trajectories(
     ks: Sequence[int] = (2, 5, 10),
     bootstrap: int = 0,
     seed: int = 0,
+    by: str | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Scores of trajectories aligned with ``examples`` (one trajectory per example)."""
+    """Scores of trajectories aligned with ``examples`` (one trajectory per example); ``by`` a metadata
+    key to score each of its values apart too (``score_predictions``)."""
     by_id = {ex.id: ex for ex in examples}
     predictions = [
         Prediction(t.example_id, t.final_answer or "", retrieved_ids=_dedupe(t.retrieved_ids))
@@ -88,6 +90,7 @@ def score_trajectories(
         selection=parse_metrics("answer,retrieval", ks),
         bootstrap=bootstrap,
         seed=seed,
+        by=by,
     )
     rewards = method.reward.score(trajectories, [by_id[t.example_id] for t in trajectories], RewardContext())
     diagnostics = [method.diagnose(t, by_id[t.example_id]) for t in trajectories]
@@ -141,12 +144,17 @@ def evaluate(
     bootstrap: int = 0,
     chunk: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
+    by: str | None = None,
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
 
     The examples are rolled out ``chunk`` at a time, calling ``on_progress(done, total)`` after each
     chunk. Groups are numbered globally, so every episode keeps its seed whatever ``chunk`` is (a backend
-    that pads prompts into batches may still differ in the last float digits between chunkings)."""
+    that pads prompts into batches may still differ in the last float digits between chunkings).
+    ``by`` (a metadata key: ``source``, ``type``, ...) scores each of its values apart too (``scores["by"]``);
+    it is checked before the rollout."""
+    if by is not None:
+        by = check_group_key(examples, by)
     base = method.rollout if method.eval_rollout is None else method.eval_rollout
     config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
     rollout = method.make_rollout(backend, retriever, config)
@@ -162,7 +170,7 @@ def evaluate(
             on_progress(start + len(part), len(examples))
     elapsed = time.perf_counter() - t0
     scores, rows = score_trajectories(
-        trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed
+        trajectories, examples, method, variant=variant, bootstrap=bootstrap, seed=seed, by=by
     )
     unk = getattr(backend.tokenizer, "unk_token_id", None)
     if unk is not None:

@@ -15,6 +15,7 @@ which is how the official HotpotQA script averages (it divides by the number of 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -280,6 +281,80 @@ def bootstrap_ci(
     return out
 
 
+NO_GROUP = "(none)"
+"""The group of the examples without the metadata key ``by=`` groups on."""
+
+
+def group_of(ex: Example, key: str, gold_path: str | Path = "<gold>") -> str:
+    """The group ``by=key`` puts ``ex`` in: its ``metadata[key]``, a string as it is, a number or a boolean
+    as JSON writes it (``2``, ``true``); ``NO_GROUP`` when it has none. Anything else is a ``DataError``."""
+    value = ex.metadata.get(key)
+    if value is None:
+        return NO_GROUP
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    raise DataError(
+        f"example {ex.id!r}: a {type(value).__name__}, not a string or a number, so it names no group",
+        path=gold_path,
+        field=f"metadata.{key}",
+    )
+
+
+def check_group_key(examples: Sequence[Example], key: str, gold_path: str | Path = "<gold>") -> str:
+    """``key`` stripped, checked before anything is scored: some question has ``metadata[key]`` and every
+    one that has it names a group (``group_of``). Otherwise a ``RagrlError`` or ``DataError``."""
+    key = key.strip()
+    if not key:
+        raise RagrlError("--by: give a metadata key to group the questions by (source, type, hops, ...)")
+    found = [group_of(ex, key, gold_path) for ex in examples]
+    if examples and all(group == NO_GROUP for group in found):
+        seen = sorted({k for ex in examples for k in ex.metadata if ex.metadata[k] is not None})
+        raise DataError(
+            f"no question has metadata.{key} to group by (their metadata keys: {', '.join(seen) or 'none'})",
+            path=gold_path,
+        )
+    return key
+
+
+def _group_order(group: str) -> tuple[bool, float, str]:
+    """Numbers in numeric order (``2`` before ``10``), then names, ``NO_GROUP`` last."""
+    try:
+        number = float(group)
+    except ValueError:
+        number = math.inf
+    return group == NO_GROUP, number, group
+
+
+def group_means(
+    per_example: Sequence[dict[str, Any]],
+    groups: Sequence[str],
+    metric_keys: Sequence[str],
+    *,
+    bootstrap: int = 0,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Every metric's mean within each group (``groups[i]`` is ``per_example[i]``'s), averaged as the whole
+    file's are, with ``n`` (the group's rows) and, with ``bootstrap``, the group's own ``ci95``. Groups are
+    sorted by name (numbers in numeric order), ``NO_GROUP`` last."""
+    rows_of: dict[str, list[dict[str, Any]]] = {}
+    for row, group in zip(per_example, groups, strict=True):
+        rows_of.setdefault(group, []).append(row)
+    out: dict[str, dict[str, Any]] = {}
+    for group in sorted(rows_of, key=_group_order):
+        rows = rows_of[group]
+        entry: dict[str, Any] = {"n": len(rows)}
+        for key in metric_keys:
+            vals = [row[key] for row in rows if key in row]
+            if vals:
+                entry[key] = math.fsum(vals) / len(vals)
+        if bootstrap > 0:
+            entry["ci95"] = bootstrap_ci(rows, metric_keys, bootstrap, seed)
+        out[group] = entry
+    return out
+
+
 def score_predictions(
     examples: Sequence[Example],
     predictions: Sequence[Prediction],
@@ -290,9 +365,16 @@ def score_predictions(
     bootstrap: int = 0,
     seed: int = 0,
     gold_path: str | Path = "<gold>",
+    by: str | None = None,
 ) -> ScoreResult:
-    """Score ``predictions`` against ``examples``; returns the aggregate summary and per-example rows."""
+    """Score ``predictions`` against ``examples``; returns the aggregate summary and per-example rows.
+
+    ``by`` (a metadata key such as ``source``, ``type`` or ``hops``) adds ``summary["by"]``: the key and
+    every metric's mean within each of its values (``group_means``), e.g. one row per dataset of a mixed
+    test file. No example having the key is a ``DataError``."""
     canonical = get_variant(variant).name
+    if by is not None:
+        by = check_group_key(examples, by, gold_path)
     selection = selection or MetricSelection()
     by_id = {p.id: p for p in predictions}
     gold_ids = {ex.id for ex in examples}
@@ -304,6 +386,7 @@ def score_predictions(
     any_texts = any(p.retrieved_texts is not None for p in predictions)
 
     per_example: list[dict[str, Any]] = []
+    groups: list[str] = []
     n_without_answers = 0
     n_without_gold_ids = 0
     n_without_gold_facts = 0
@@ -333,6 +416,8 @@ def score_predictions(
         if pred.supporting_facts is not None and gold_facts is None:
             n_without_gold_facts += 1
         per_example.append(row)
+        if by is not None:
+            groups.append(group_of(ex, by, gold_path))
 
     metric_keys: list[str] = []
     for row in per_example:
@@ -363,6 +448,11 @@ def score_predictions(
             "seed": seed,
             "ci95": bootstrap_ci(per_example, metric_keys, bootstrap, seed),
         }
+    if by is not None:
+        summary["by"] = {
+            "key": by,
+            "groups": group_means(per_example, groups, metric_keys, bootstrap=bootstrap, seed=seed),
+        }
     return ScoreResult(summary, per_example)
 
 
@@ -376,6 +466,7 @@ def score_files(
     missing_as_zero: bool = False,
     bootstrap: int = 0,
     seed: int = 0,
+    by: str | None = None,
 ) -> ScoreResult:
     """Read both files and score them (see ``score_predictions``)."""
     get_variant(variant)
@@ -391,4 +482,5 @@ def score_files(
         bootstrap=bootstrap,
         seed=seed,
         gold_path=gold_path,
+        by=by,
     )
