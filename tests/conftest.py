@@ -6,6 +6,7 @@ that read them use the ``shared_data`` fixture, which skips cleanly when the fol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -95,6 +96,37 @@ class CountingRetriever:
 def counting_retriever() -> type[CountingRetriever]:
     """``counting_retriever(inner)``: ``inner`` wrapped so that each search call's queries are recorded."""
     return CountingRetriever
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """``app`` (an ASGI app: ``create_app(retriever)``) served by uvicorn on a free loopback port in a
+    thread; yields its base URL and stops it afterwards."""
+    import socket
+
+    uvicorn = pytest.importorskip("uvicorn")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start within 5 s"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+@pytest.fixture
+def serve() -> Any:
+    """``with serve(app) as url:``: an ASGI app on loopback for the test (``serving``)."""
+    return serving
 
 
 # An OpenAI-compatible chat server on localhost, for the judge clients and the judged rewards.

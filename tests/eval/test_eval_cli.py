@@ -12,7 +12,7 @@ from ragrl.rollout.records import read_trajectories
 runner = CliRunner()
 
 
-def _eval(world_dir, out, *extra):
+def _eval(world_dir, out, *extra, index=None):
     args = [
         "eval",
         "--model",
@@ -20,7 +20,7 @@ def _eval(world_dir, out, *extra):
         "--data",
         str(world_dir / "test.jsonl"),
         "--index",
-        str(world_dir / "bm25"),
+        index or str(world_dir / "bm25"),
         "--out",
         str(out),
         *extra,
@@ -387,3 +387,36 @@ def test_by_scores_each_question_type_apart_and_a_wrong_key_fails_before_the_rol
                                 "--demonstrator", "heuristic", "--by", "dataset"])  # fmt: skip
     assert wrong.exit_code != 0 and "no question has metadata.dataset to group by" in str(wrong.exception)
     assert not (tmp_path / "w").exists()
+
+
+def test_eval_asks_a_retrieval_server_and_replays_its_cache_without_it(world_dir, tmp_path, serve):
+    pytest.importorskip("fastapi")
+    from ragrl.retrieval.base import load_retriever, read_manifest
+    from ragrl.retrieval.server import create_app
+
+    def retrieved(out):
+        return [t.retrieved_ids for t in read_trajectories(out / "trajectories.jsonl")]
+
+    oracle = ("--demonstrator", "oracle", "--n", "20")
+    local = _eval(world_dir, tmp_path / "local", *oracle)
+    fingerprint = read_manifest(world_dir / "bm25")["fingerprint"]
+    cache = tmp_path / "hits.sqlite"
+    with serve(create_app(load_retriever(world_dir / "bm25"))) as url:
+        remote = _eval(world_dir, tmp_path / "remote", *oracle, "--retrieval-cache", str(cache), index=url)
+    assert remote["provenance"]["index"] == url and remote["provenance"]["index_fingerprint"] == fingerprint
+    assert (
+        remote["retrieval_cache"]["mode"] == "readwrite" and remote["retrieval_cache"]["queries_searched"] > 0
+    )
+    replayed = _eval(world_dir, tmp_path / "replayed", *oracle, "--retrieval-cache", str(cache),
+                     "--cache-mode", "replay", index=url)  # fmt: skip
+    assert replayed["retrieval_cache"]["queries_searched"] == 0  # the server is gone: nothing searched
+    asked = remote["retrieval_cache"]["queries_searched"] + remote["retrieval_cache"]["queries_from_cache"]
+    assert replayed["retrieval_cache"]["queries_from_cache"] == asked  # every query the same run asked
+    for scores in (remote, replayed):
+        assert {k: scores[k] for k in ("em", "full_recall@10", "searches_per_question")} == {
+            k: local[k] for k in ("em", "full_recall@10", "searches_per_question")
+        }
+    assert retrieved(tmp_path / "remote") == retrieved(tmp_path / "replayed") == retrieved(tmp_path / "local")
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
+    alone = runner.invoke(app, [*args, "--retrieval-cache", str(cache), "--out", str(tmp_path / "x")])
+    assert "--retrieval-cache keeps the searches of --index: pass --index too" in str(alone.exception)

@@ -1,9 +1,7 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
-import time
 
 import pytest
 
@@ -288,45 +286,23 @@ def test_http_retriever_rejects_malformed_answers():
         remote.search(["a"], 3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_real_server_over_loopback(toy_bm25, serve):
+    with serve(create_app(toy_bm25)) as url, HttpRetriever(url, timeout=5) as remote:
+        assert remote.fingerprint == toy_bm25.fingerprint
+        assert remote.search(QUERIES, 3) == toy_bm25.search(QUERIES, 3)
+        # concurrent clients: the server serialises retriever calls, answers stay per-request
+        results: dict[int, object] = {}
 
+        def worker(i):
+            results[i] = remote.search([QUERIES[i % len(QUERIES)]], 2)
 
-def test_real_server_over_loopback(toy_bm25):
-    uvicorn = pytest.importorskip("uvicorn")
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(toy_bm25), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 5
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start within 5 s"
-            time.sleep(0.01)
-        with HttpRetriever(f"http://127.0.0.1:{port}", timeout=5) as remote:
-            assert remote.fingerprint == toy_bm25.fingerprint
-            assert remote.search(QUERIES, 3) == toy_bm25.search(QUERIES, 3)
-            # concurrent clients: the server serialises retriever calls, answers stay per-request
-            results: dict[int, object] = {}
-
-            def worker(i):
-                results[i] = remote.search([QUERIES[i % len(QUERIES)]], 2)
-
-            threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            for i in range(8):
-                assert results[i] == toy_bm25.search([QUERIES[i % len(QUERIES)]], 2)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-    assert not thread.is_alive()
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i in range(8):
+            assert results[i] == toy_bm25.search([QUERIES[i % len(QUERIES)]], 2)
 
 
 def test_server_needs_fastapi(monkeypatch, toy_bm25):

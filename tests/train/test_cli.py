@@ -401,3 +401,45 @@ def test_arena_speaks_the_quoting_oracle_over_its_given_passages(world_dir, tmp_
         number = {p.title: i for i, p in reversed(list(enumerate(example.passages, 1)))}
         for title in supporting_titles(example):
             assert f"{title} [{number[title]}]: " in analysis, traj.example_id
+
+
+def test_sft_and_train_ask_a_retrieval_server_named_by_its_url(
+    world_dir, tmp_path, serve, counting_retriever, monkeypatch
+):
+    pytest.importorskip("fastapi")
+    from ragrl.retrieval.base import load_retriever
+    from ragrl.retrieval.server import create_app
+
+    served = counting_retriever(load_retriever(world_dir / "bm25"))
+    with serve(create_app(served)) as url:
+        paths = (
+            f"train.model.path={world_dir / 'model'}",
+            f"train.data.train={world_dir / 'train.jsonl'}",
+            f"train.data.index={url}",
+        )
+        sft = [
+            "sft",
+            "search_r1-tiny",
+            "--demos",
+            "oracle",
+            "--out",
+            str(tmp_path / "sft"),
+            *sets(*paths, "train.sft.max_steps=2", "train.sft.batch_size=4"),
+        ]  # whole turns (TINY's 8 new tokens would cut the oracle's searches)
+        result = runner.invoke(app, sft)
+        assert result.exit_code == 0, result.output
+        assert len(served.calls) > 100  # the oracle's searches went to the server
+        assert f"index: {url}" in (tmp_path / "sft" / "config.yaml").read_text()
+        grpo = [
+            "train",
+            "search_r1-tiny",
+            "--out",
+            str(tmp_path / "run"),
+            *sets(*paths, f"train.data.eval={world_dir / 'dev.jsonl'}", *TINY, "train.steps=1"),
+        ]
+        result = runner.invoke(app, grpo)
+        assert result.exit_code == 0, result.output
+        assert summary_of(result.stdout)["steps"] == 1
+    monkeypatch.setattr("ragrl.retrieval.http.time.sleep", lambda s: None)  # the retries' back-off
+    gone = runner.invoke(app, [*grpo[:3], str(tmp_path / "again"), *grpo[4:]])  # the server has stopped
+    assert gone.exit_code != 0 and f"{url} does not answer as a retrieval server" in str(gone.exception)

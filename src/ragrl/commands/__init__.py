@@ -26,7 +26,7 @@ CONFIG_EPILOG = (
     "\b\nThe *-tiny configs are the CPU recipes. Keys a run usually sets with --set KEY=VALUE:\n"
     "  train.model.path    policy checkpoint folder (ragrl model tiny, or any causal LM folder)\n"
     "  train.data.train    training questions (jsonl); train.data.eval: held-out questions\n"
-    "  train.data.index    retrieval index folder (ragrl index)\n"
+    "  train.data.index    retrieval index folder (ragrl index) or a retrieval server's URL\n"
     "  train.out           run folder; train.steps, train.seed, train.optim.lr\n"
     "  rollout.n           group size; rollout.temperature, rollout.max_turns\n"
     "Every key and its default: docs/training.md; a run's resolved config: <out>/config.yaml."

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ragrl.commands import METHOD_CHOICES
+from ragrl.commands.retrieval import CacheMode
 from ragrl.commands.score import BY_HELP, print_groups
 from ragrl.console import console, progress_bar
 from ragrl.errors import RagrlError
@@ -107,17 +108,25 @@ def _earlier_evaluation(out: Path | None) -> list[str]:
     return [name for name in EVAL_FILES if (out / name).exists()]
 
 
-def _provenance(model: Path, index: Path | None, data: Path) -> dict[str, Any]:
+def _provenance(model: Path, index: str | None, data: Path, retriever: Any) -> dict[str, Any]:
     from ragrl import __version__
-    from ragrl.retrieval.base import read_manifest
+    from ragrl.retrieval.base import MANIFEST_NAME, read_manifest
+    from ragrl.retrieval.open import is_url
 
-    manifest = read_manifest(index) if index is not None else {}
+    folder = index is not None and not is_url(index) and (Path(index) / MANIFEST_NAME).is_file()
+    manifest = read_manifest(index) if folder else {}
+    fingerprint = manifest.get("fingerprint")
+    if fingerprint is None and index is not None:  # a server's, from its /health (None if it has none)
+        try:
+            fingerprint = retriever.fingerprint
+        except RagrlError:
+            pass
     return {
         "ragrl_version": __version__,
         "model": str(model),
         "data": str(data),
-        "index": str(index) if index is not None else None,
-        "index_fingerprint": manifest.get("fingerprint"),
+        "index": index,
+        "index_fingerprint": fingerprint,
         "corpus_hash": manifest.get("corpus_hash"),
     }
 
@@ -132,12 +141,24 @@ def eval_command(
     ],
     data: Annotated[Path, typer.Option(help="Canonical question file (jsonl).")],
     index: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            help="Retrieval index directory (ragrl index); not needed by methods that read the passages "
-            "given with each question (arena)."
+            metavar="DIR|URL",
+            help="Retrieval index directory (ragrl index), or a retrieval server's URL (ragrl serve, "
+            "Search-R1's retrieval_server.py); not needed by methods that read the passages given with "
+            "each question (arena).",
         ),
     ] = None,
+    retrieval_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="sqlite retrieval cache in front of --index: a rerun searches only new queries "
+            "(ragrl search --cache)."
+        ),
+    ] = None,
+    cache_mode: Annotated[
+        CacheMode, typer.Option(help="How to use --retrieval-cache (replay searches nothing).")
+    ] = CacheMode.readwrite,
     method: Annotated[str, typer.Option(help=f"Method: {METHOD_CHOICES}.")] = "search_r1",
     set_: Annotated[
         list[str] | None,
@@ -200,7 +221,8 @@ def eval_command(
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
     from ragrl.metrics.score import check_group_key
-    from ragrl.retrieval.base import load_retriever
+    from ragrl.retrieval.cache import CachedRetriever
+    from ragrl.retrieval.open import open_retriever
     from ragrl.rollout.limits import check_prompts
     from ragrl.rollout.records import write_trajectories
 
@@ -223,11 +245,18 @@ def eval_command(
         by = check_group_key(examples, by, data)
     if closed_book and index is not None:
         raise RagrlError("--closed-book searches nothing: leave out --index")
+    if retrieval_cache is not None and index is None:
+        raise RagrlError("--retrieval-cache keeps the searches of --index: pass --index too")
     if index is None and method_obj.protocol.needs_retriever and not closed_book:
         raise RagrlError(
-            f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by `ragrl index`)"
+            f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by "
+            "`ragrl index`, or a retrieval server's URL)"
         )
-    retriever = load_retriever(index) if index is not None else None
+    retriever = (
+        open_retriever(index, cache=retrieval_cache, cache_mode=cache_mode.value)
+        if index is not None
+        else None
+    )
     if closed_book:
         from ragrl.retrieval.null import NullRetriever
 
@@ -322,7 +351,20 @@ def eval_command(
             f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to {model}'s "
             "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
         )
-    report.scores.update({"provenance": {**_provenance(model, index, data), "closed_book": closed_book}})
+    provenance = _provenance(model, index, data, retriever)
+    report.scores.update({"provenance": {**provenance, "closed_book": closed_book}})
+    if isinstance(retriever, CachedRetriever):
+        report.scores["retrieval_cache"] = {
+            "file": str(retrieval_cache),
+            "mode": retriever.mode,
+            "queries_from_cache": retriever.queries_from_cache,
+            "queries_searched": retriever.queries_searched,
+        }
+        console.print(
+            f"retrieval cache {retrieval_cache}: {retriever.queries_from_cache:,} queries from it, "
+            f"{retriever.queries_searched:,} searched ({retriever.mode})",
+            highlight=False,
+        )
     if few_shot is not None:
         report.scores["provenance"]["few_shot"] = {
             "file": str(few_shot),

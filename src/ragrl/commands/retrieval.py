@@ -79,7 +79,14 @@ def _parse_ks(text: str) -> tuple[int, ...]:
 
 
 def search(
-    index_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Index directory (from `ragrl index`).")],
+    index_dir: Annotated[
+        str,
+        typer.Argument(
+            metavar="DIR|URL",
+            help="Index directory (from `ragrl index`), or a retrieval server's URL (`ragrl serve`, "
+            "Search-R1's retrieval_server.py).",
+        ),
+    ],
     query: Annotated[str | None, typer.Argument(help="A query; omit it when using --queries.")] = None,
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.", min=1)] = 5,
     queries: Annotated[
@@ -106,8 +113,8 @@ def search(
     """Search an index: one query as a table (as jsonl with --out), or a file of queries as jsonl (plus
     metrics with --eval)."""
     from ragrl.console import progress
-    from ragrl.retrieval.base import MANIFEST_NAME, load_retriever, read_manifest
     from ragrl.retrieval.cache import CachedRetriever
+    from ragrl.retrieval.open import open_retriever
 
     if (query is None) == (queries is None):
         raise RagrlError("give either a QUERY or --queries FILE (not both)")
@@ -117,15 +124,7 @@ def search(
         raise RagrlError("QUERY is empty: give the words to search for")
     ks = _parse_ks(eval_k) if eval_ else ()
 
-    if cache is not None and cache_mode is CacheMode.replay:
-        fingerprint = None
-        if (index_dir / MANIFEST_NAME).is_file():
-            fingerprint = read_manifest(index_dir).get("fingerprint")
-        retriever: Any = CachedRetriever(None, cache, "replay", fingerprint=fingerprint)
-    else:
-        retriever = load_retriever(index_dir, device=device)
-        if cache is not None:
-            retriever = CachedRetriever(retriever, cache, cache_mode.value)
+    retriever: Any = open_retriever(index_dir, cache=cache, cache_mode=cache_mode.value, device=device)
 
     if query is not None and out is None:
         hits = retriever.search([query], k)[0]

@@ -99,7 +99,8 @@ class DataConfig:
     eval: str | None = None
     """Held-out questions for periodic evaluation (optional)."""
     index: str | None = None
-    """A retriever folder built by ``ragrl index`` (optional for single-turn methods)."""
+    """A retriever folder built by ``ragrl index``, or the URL of a retrieval server (``ragrl serve``,
+    Search-R1's ``retrieval_server.py``) that every process asks (optional for single-turn methods)."""
     eval_limit: int | None = None
     """Evaluate on the first N held-out questions only."""
     train_answerable_only: bool = False

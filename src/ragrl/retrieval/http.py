@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 _SNIPPET = 300  # characters of a failed response's body quoted in errors
 
 
+class ServerUnreachable(RagrlError):
+    """Every try of a request failed to connect, timed out or got a 5xx answer."""
+
+
 def _snippet(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "…"
@@ -108,7 +112,7 @@ class HttpRetriever:
                     f"{_snippet(response.text)}"
                 ) from None
         tries = self.retries + 1
-        raise RagrlError(f"{method} {url} failed after {tries} attempt{'s' * (tries > 1)}: {last}")
+        raise ServerUnreachable(f"{method} {url} failed after {tries} attempt{'s' * (tries > 1)}: {last}")
 
     # -- protocol ----------------------------------------------------------------------------------
 

@@ -483,6 +483,7 @@ def load_examples(path: str, field: str) -> list[Example]:
 
 
 def load_index(config: TrainConfig) -> Retriever | None:
-    from ragrl.retrieval.base import load_retriever
+    """``train.data.index``: an index folder, or a retrieval server's URL that every process asks."""
+    from ragrl.retrieval.open import open_retriever
 
-    return load_retriever(config.data.index) if config.data.index else None
+    return open_retriever(config.data.index) if config.data.index else None
