@@ -15,12 +15,13 @@ import typer
 
 from ragrl.commands import CONFIG_EPILOG
 from ragrl.commands.analyze import analyze_thinking_command
+from ragrl.commands.ask import ask
 from ragrl.commands.data import app as data_app
 from ragrl.commands.eval import eval_command, reward_command
 from ragrl.commands.index import index
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import search, serve
-from ragrl.commands.score import aggregate, score
+from ragrl.commands.score import aggregate, compare, score
 from ragrl.commands.train import demo, dpo, reward_model, sft, train
 from ragrl.console import console, quiet_libraries, styled
 from ragrl.errors import RagrlError
@@ -52,10 +53,12 @@ app.add_typer(data_app, name="data")
 app.add_typer(model_app, name="model")
 app.command("score")(score)
 app.command("aggregate")(aggregate)
+app.command("compare")(compare)
 app.command("index")(index)
 app.command("search")(search)
 app.command("serve")(serve)
 app.command("eval")(eval_command)
+app.command("ask")(ask)
 app.command("reward")(reward_command)
 app.command("analyze-thinking")(analyze_thinking_command)
 app.command("train", epilog=CONFIG_EPILOG)(train)

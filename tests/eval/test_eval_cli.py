@@ -420,3 +420,32 @@ def test_eval_asks_a_retrieval_server_and_replays_its_cache_without_it(world_dir
     args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
     alone = runner.invoke(app, [*args, "--retrieval-cache", str(cache), "--out", str(tmp_path / "x")])
     assert "--retrieval-cache keeps the searches of --index: pass --index too" in str(alone.exception)
+
+
+def test_a_policy_of_a_training_run_is_evaluated_with_that_runs_method(world_dir, tmp_path):
+    import shutil
+
+    from ragrl.commands.ask import trained_with
+
+    run = tmp_path / "run"
+    shutil.copytree(world_dir / "model", run / "policy")
+    shutil.copytree(world_dir / "model", run / "checkpoints" / "step-000002" / "policy")
+    config = load_method("search_r1-tiny", ["rollout.max_turns=3", "rollout.k=2"]).resolved_yaml()
+    (run / "config.yaml").write_text(config)
+    (run / "metrics.jsonl").write_text("")
+    assert trained_with(run / "policy") == trained_with(run / "checkpoints" / "step-000002" / "policy")
+    assert (
+        trained_with(run / "policy") == (run / "config.yaml").resolve()
+        and trained_with(world_dir / "model") is None
+    )
+    args = ["eval", "--data", str(world_dir / "test.jsonl"), "--index", str(world_dir / "bm25"), "--n", "2"]
+    result = runner.invoke(app, [*args, "--model", str(run / "policy"), "--out", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"method: {(run / 'config.yaml').resolve()}, the run that trained {run / 'policy'}" in result.stderr
+    )
+    assert (tmp_path / "e" / "config.yaml").read_text() == config  # played as it was trained
+    chosen = runner.invoke(app, [*args, "--model", str(run / "policy"), "--out", str(tmp_path / "f"),
+                                 "--method", "search_r1"])  # fmt: skip
+    assert chosen.exit_code == 0 and "the run that trained" not in chosen.stderr
+    assert "max_turns: 3" not in (tmp_path / "f" / "config.yaml").read_text()

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ragrl.commands import METHOD_CHOICES
+from ragrl.commands.ask import METHOD_HELP, load_policy, method_for
 from ragrl.commands.retrieval import CacheMode
 from ragrl.commands.score import BY_HELP, print_groups
 from ragrl.console import console, progress_bar
@@ -159,7 +160,7 @@ def eval_command(
     cache_mode: Annotated[
         CacheMode, typer.Option(help="How to use --retrieval-cache (replay searches nothing).")
     ] = CacheMode.readwrite,
-    method: Annotated[str, typer.Option(help=f"Method: {METHOD_CHOICES}.")] = "search_r1",
+    method: Annotated[str | None, typer.Option(help=METHOD_HELP, show_default=False)] = None,
     set_: Annotated[
         list[str] | None,
         typer.Option(
@@ -233,7 +234,9 @@ def eval_command(
             f"{out}: holds an earlier evaluation ({', '.join(earlier)}); pass --force to replace it or "
             "choose another --out"
         )
-    method_obj = load_method(method, set_ or [])
+    if demonstrator is None:  # a trained policy: the method of the run that trained it, unless --method
+        method = method_for(method, model)
+    method_obj = load_method(method or "search_r1", set_ or [])
     if demonstrator is None and backend == "transformers":  # the device, before the data and the index
         from ragrl.llm.devices import resolve_device
 
@@ -293,16 +296,8 @@ def eval_command(
                 tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
                 retriever, method_obj.rollout.k,
             )  # fmt: skip
-    elif backend == "vllm":
-        from ragrl.llm.vllm_backend import VLLMBackend
-
-        policy = VLLMBackend(str(model))
-    elif backend == "transformers":
-        from ragrl.llm.hf_backend import TransformersBackend
-
-        policy = TransformersBackend(str(model), device=device, batch_size=batch_size)
     else:
-        raise RagrlError(f"unknown backend {backend!r} (expected transformers or vllm)")
+        policy = load_policy(model, backend, device, batch_size)
 
     try:  # a vLLM engine's processes: the command cannot exit while they run
         shot_trajectories: list[Any] = []

@@ -202,3 +202,78 @@ def aggregate(
         n = result["metrics"][name]["n"]
         console.print(styled("warning:", "yellow", f"{name} is in {n} of the {len(records)} runs only"))
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
+
+
+def compare(
+    a: Annotated[
+        Path,
+        typer.Argument(
+            metavar="A",
+            help="The baseline: per_example.jsonl of `ragrl eval` or `ragrl score --per-example`, or an "
+            "evaluation folder.",
+            show_default=False,
+        ),
+    ],
+    b: Annotated[
+        Path, typer.Argument(metavar="B", help="The run compared with A, the same way.", show_default=False)
+    ],
+    metrics: Annotated[
+        str, typer.Option("--metrics", "-m", help="Comma-separated metrics to compare.")
+    ] = "em,f1",
+    resamples: Annotated[int, typer.Option(min=1, help="Bootstrap and permutation resamples.")] = 10_000,
+    seed: Annotated[int, typer.Option(help="Seed of the resampling.")] = 0,
+) -> None:
+    """Is B better than A on the same questions? A paired comparison on the questions both scored: B − A,
+    its paired-bootstrap 95% interval, a sign-flip permutation p-value and, for a 0/1 metric such as EM,
+    the exact McNemar test. A table on stderr, one JSON object on stdout."""
+    from rich.table import Table
+
+    from ragrl.metrics.compare import pair_rows, paired_comparison, read_scored
+
+    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    if not names:
+        raise RagrlError("--metrics: name at least one metric (em, f1, ...)")
+    a_path, a_rows = read_scored(a)
+    b_path, b_rows = read_scored(b)
+    result: dict = {"a": str(a_path), "b": str(b_path), "resamples": resamples, "seed": seed, "metrics": {}}
+    left_out: dict[str, list[str]] = {}
+    for name in names:
+        xs, ys, left_out = pair_rows(a_rows, b_rows, name, (str(a_path), str(b_path)))
+        if not xs:
+            raise RagrlError(
+                f"no question is scored on {name} by both {a_path} and {b_path} "
+                f"(ids only in A: {len(left_out['a_only'])}, only in B: {len(left_out['b_only'])})"
+            )
+        stats = paired_comparison(xs, ys, resamples=resamples, seed=seed)
+        stats["unscored"] = len(left_out["unscored"])
+        result["metrics"][name] = stats
+    result["a_only"] = {"count": len(left_out["a_only"]), "first_ids": left_out["a_only"][:10]}
+    result["b_only"] = {"count": len(left_out["b_only"]), "first_ids": left_out["b_only"][:10]}
+
+    def p_text(p: float) -> str:
+        return f"{p:.4f}" if p >= 0.001 else f"{p:.1e}"
+
+    floor = f"≤ {p_text(1 / (1 + resamples))}"  # no sign flip was as extreme: the resamples' floor
+    table = Table("metric", "n", "A", "B", "B − A", "95% interval", "p", "McNemar (B only / A only, p)")
+    for name, s in result["metrics"].items():
+        mc = s.get("mcnemar")
+        mcnemar = f"{mc['b_only']} / {mc['a_only']}, {p_text(mc['p_value'])}" if mc else "—"
+        lo, hi = s["ci95"]
+        table.add_row(
+            name, str(s["n"]), f"{s['a']:.4f}", f"{s['b']:.4f}", f"{s['delta']:+.4f}",
+            f"[{lo:+.4f}, {hi:+.4f}]", floor if s["p_value"] == 1 / (1 + resamples) else p_text(s["p_value"]),
+            mcnemar,
+        )  # fmt: skip
+    console.print(table)
+    for key, where, other in (("a_only", a_path, b_path), ("b_only", b_path, a_path)):
+        info = result[key]
+        if info["count"]:
+            first = ", ".join(info["first_ids"])
+            message = f"{info['count']} questions of {where} are not in {other}, left out (first: {first})"
+            console.print(styled("warning:", "yellow", message))
+    for name, s in result["metrics"].items():
+        if s["unscored"]:
+            console.print(
+                styled("warning:", "yellow", f"{s['unscored']} questions of both runs lack {name}: left out")
+            )
+    typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
