@@ -40,6 +40,7 @@ def test_oracle_demonstrator_scores_as_expected(world_dir, tmp_path):
     # gold sub-question, and its searches find every passage that is still in the corpus
     assert scores["em"] == 1.0 and scores["answer_rate"] == 1.0
     assert scores["searches_per_question"] == pytest.approx(decomposition_steps)
+    assert scores["repeated_searches_per_question"] == 0.0  # each sub-question asked once
     answerable = sum(ex.metadata["answerable"] for ex in examples) / len(examples)
     assert scores["full_recall@10"] == pytest.approx(answerable)
     assert scores["reward/em"] == 1.0 and scores["reward/search_r1_format"] == 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ragrl.data.io import read_examples
 from ragrl.data.schema import Example
-from ragrl.eval.runner import collapse_check, evaluate
+from ragrl.eval.runner import collapse_check, evaluate, repeated_searches, rollout_stats
 from ragrl.llm.environment import environment
 from ragrl.llm.hf_backend import load_tokenizer
 from ragrl.methods import load_method
@@ -49,3 +49,23 @@ def test_collapse_check_separates_learning_from_a_constant_answer():
     rows = [{"id": "q9", "em": 0.0, "prediction": None}]
     assert collapse_check(rows, examples)["eval/top_answer"] == "(no answer)"
     assert collapse_check([], examples)["eval/top_answer_share"] == 0.0
+
+
+def test_repeated_searches_count_a_query_asked_again_in_the_episode():
+    from ragrl.rollout.trajectory import Action, Trajectory
+
+    queries = [
+        "Who founded Acme?",
+        "who founded  acme",
+        "The founder of Acme",
+        "Who founded Acme?",
+        "Acme city",
+    ]
+    assert repeated_searches(queries) == 2  # case, spacing and punctuation aside; "The" is an article
+    assert repeated_searches(["founder of Acme", "the founder of Acme"]) == 1
+    assert repeated_searches([]) == 0 and repeated_searches(["x y", "y x"]) == 0  # word order counts
+    trajectory = Trajectory(
+        "q", [1], actions=[Action("search", q) for q in queries] + [Action("answer", "x")]
+    )
+    (stats,) = rollout_stats([trajectory])
+    assert stats["searches"] == 5 and stats["repeated_searches"] == 2

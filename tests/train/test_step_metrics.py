@@ -12,8 +12,8 @@ from ragrl.train.step_metrics import Averages, mean_of, reduce_dicts, summarize
 def _row(em: float, group: int, kept: bool, **extra: object) -> dict:
     # search_r1-tiny: the total is EM (the format component is logged with weight 0)
     base = {"reward": em, "reward/em": em, "reward/search_r1_format": 1.0, "searches": 2,
-            "answered": 1.0, "invalid_actions": 0, "truncated": 0.0, "policy_tokens": 10,
-            "diagnostics": {}, "group": group, "kept": kept}  # fmt: skip
+            "repeated_searches": 0, "answered": 1.0, "invalid_actions": 0, "truncated": 0.0,
+            "policy_tokens": 10, "diagnostics": {}, "group": group, "kept": kept}  # fmt: skip
     return {**base, **extra}
 
 
@@ -22,7 +22,7 @@ def test_summarize_hand_computed() -> None:
         _row(1.0, 0, True, searches=3, diagnostics={"duplicate_queries": 0.5}),
         _row(0.0, 0, True, answered=0.0, truncated=1.0, policy_tokens=30, **{"reward/search_r1_format": 0.0}),
         _row(1.0, 1, False, invalid_actions=2, diagnostics={"duplicate_queries": 1.0}),
-        _row(1.0, 1, False),
+        _row(1.0, 1, False, repeated_searches=2),
     ]
     out = summarize(rows, load_method("search_r1-tiny"), results=[], lr=3e-4)
     assert out["reward"] == pytest.approx(0.75)
@@ -34,6 +34,7 @@ def test_summarize_hand_computed() -> None:
     assert out["kept_frac"] == pytest.approx(0.5)
     assert out["response_len"] == pytest.approx(15.0)
     assert out["searches"] == pytest.approx(2.25)
+    assert out["repeated_searches"] == pytest.approx(0.5)
     assert out["answer_rate"] == pytest.approx(0.75)
     assert out["invalid_actions"] == pytest.approx(0.5)
     assert out["truncation_rate"] == pytest.approx(0.25)

@@ -23,6 +23,7 @@ from ragrl.config import Method
 from ragrl.data.schema import Example
 from ragrl.llm.backend import GenerationBackend
 from ragrl.llm.environment import environment
+from ragrl.metrics.normalize import normalize
 from ragrl.metrics.score import Prediction, check_group_key, parse_metrics, score_predictions
 from ragrl.retrieval.base import Retriever
 from ragrl.rewards import RewardContext
@@ -50,11 +51,24 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else 0.0
 
 
+def repeated_searches(queries: Sequence[str]) -> int:
+    """The searches that repeat an earlier query of the same episode, compared SQuAD-normalized (case,
+    punctuation and articles aside): a policy stuck asking the same thing, which finds nothing new."""
+    seen: set[str] = set()
+    repeats = 0
+    for query in queries:
+        key = normalize(query)
+        repeats += key in seen
+        seen.add(key)
+    return repeats
+
+
 def rollout_stats(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     """Per-trajectory rollout statistics."""
     return [
         {
             "searches": t.num_searches,
+            "repeated_searches": repeated_searches(t.queries),
             "answered": float(t.final_answer is not None),
             "invalid_actions": t.num_invalid,
             "truncated": float(t.truncated),
@@ -115,6 +129,7 @@ def score_trajectories(
         )
     summary = {k: v for k, v in result.summary.items() if k not in ("n_predictions", "unknown_ids")}
     summary["searches_per_question"] = _mean([s["searches"] for s in stats])
+    summary["repeated_searches_per_question"] = _mean([s["repeated_searches"] for s in stats])
     summary["answer_rate"] = _mean([s["answered"] for s in stats])
     summary["invalid_actions_per_question"] = _mean([s["invalid_actions"] for s in stats])
     summary["truncation_rate"] = _mean([s["truncated"] for s in stats])

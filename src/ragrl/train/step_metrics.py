@@ -63,6 +63,7 @@ def summarize(
         kept_frac=mean_of(rows, "kept"),
         response_len=mean_of(rows, "policy_tokens"),
         searches=mean_of(rows, "searches"),
+        repeated_searches=mean_of(rows, "repeated_searches"),
         answer_rate=mean_of(rows, "answered"),
         invalid_actions=mean_of(rows, "invalid_actions"),
         truncation_rate=mean_of(rows, "truncated"),
