@@ -17,10 +17,11 @@ from ragrl.commands import CONFIG_EPILOG
 from ragrl.commands.analyze import analyze_thinking_command
 from ragrl.commands.ask import ask
 from ragrl.commands.data import app as data_app
-from ragrl.commands.eval import eval_command, reward_command
+from ragrl.commands.eval import eval_command
 from ragrl.commands.index import index
 from ragrl.commands.model import app as model_app
 from ragrl.commands.retrieval import search, serve
+from ragrl.commands.reward import reward_command
 from ragrl.commands.score import aggregate, compare, score
 from ragrl.commands.train import demo, dpo, reward_model, sft, train
 from ragrl.console import console, quiet_libraries, styled

@@ -1,22 +1,21 @@
-"""``ragrl eval`` (run a policy over a question file with a retriever and score it) and ``ragrl reward``
-(re-score saved completions or trajectories with a method's reward)."""
+"""``ragrl eval``: run a policy over a question file with a retriever and score it (``ragrl reward``, which
+re-scores saved completions, is in ``ragrl.commands.reward``)."""
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
 
-from ragrl.commands import METHOD_CHOICES
 from ragrl.commands.ask import METHOD_HELP, load_policy, method_for
 from ragrl.commands.retrieval import CacheMode
 from ragrl.commands.score import BY_HELP, print_groups
 from ragrl.console import console, progress_bar
 from ragrl.errors import RagrlError
+from ragrl.eval.progress import PARTIAL, PROGRESS, EvalProgress, file_sha256, read_partial, text_sha256
 
 
 def _load_examples(path: Path, n: int | None):
@@ -107,6 +106,22 @@ def _earlier_evaluation(out: Path | None) -> list[str]:
     if run:  # its config.yaml and environment.json are the run's: never an evaluation's to replace
         raise RagrlError(f"--out {out}: a training run's folder ({', '.join(run)}); choose another --out")
     return [name for name in EVAL_FILES if (out / name).exists()]
+
+
+def _check_resume(out: Path | None, resume: bool, force: bool) -> None:
+    """--resume needs the folder of an interrupted evaluation; a folder holding one needs --resume or
+    --force."""
+    interrupted = out is not None and (out / PROGRESS).is_file()
+    if resume and out is None:
+        raise RagrlError("--resume continues an interrupted evaluation: give its folder with --out")
+    if resume and not interrupted:
+        raise RagrlError(f"--resume: {out} holds no interrupted evaluation ({PROGRESS} is missing)")
+    if interrupted and not resume and not force:
+        kept = len(read_partial(out / PARTIAL))  # type: ignore[operator]
+        raise RagrlError(
+            f"{out}: holds an interrupted evaluation ({kept} questions rolled out); --resume continues it, "
+            "--force starts over"
+        )
 
 
 def _provenance(model: Path, index: str | None, data: Path, retriever: Any) -> dict[str, Any]:
@@ -215,6 +230,13 @@ def eval_command(
         bool, typer.Option(help="Replace an earlier evaluation's files in --out (once this one is done).")
     ] = False,
     by: Annotated[str | None, typer.Option("--by", metavar="KEY", help=BY_HELP)] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            help="Continue the evaluation that was stopped in --out: only the questions it had not rolled "
+            "out are (the same command otherwise)."
+        ),
+    ] = False,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl.eval.runner import evaluate
@@ -228,8 +250,9 @@ def eval_command(
     from ragrl.rollout.records import write_trajectories
 
     get_variant(variant)
+    _check_resume(out, resume, force)
     earlier = _earlier_evaluation(out)
-    if earlier and not force:
+    if earlier and not force and not resume:  # a resumed evaluation replaces what its start could
         raise RagrlError(
             f"{out}: holds an earlier evaluation ({', '.join(earlier)}); pass --force to replace it or "
             "choose another --out"
@@ -314,9 +337,25 @@ def eval_command(
             if few_shot is None:
                 raise
             raise RagrlError(f"{e} (the worked examples in front count too: try fewer --shots)") from None
+        out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        settings = {
+            "model": str(model), "data": str(data), "data_sha256": file_sha256(data),
+            "questions": len(examples), "index": index, "closed_book": closed_book,
+            "method_sha256": text_sha256(method_obj.resolved_yaml()), "demonstrator": demonstrator,
+            "few_shot": str(few_shot) if few_shot else None, "shots": shots,
+            "temperature": temperature, "seed": seed, "backend": backend,
+        }  # fmt: skip
+        done: list[Any] = []
+        if resume:
+            saved, done = EvalProgress.resume(out, settings)
+            console.print(f"resuming: {len(done)} of {len(examples)} questions were rolled out before")
+        else:
+            saved = EvalProgress.start(out, settings)
         t0 = time.perf_counter()
         with progress_bar() as bar:
-            task = bar.add_task(f"rolling out {len(examples)} questions", total=len(examples))
+            task = bar.add_task(
+                f"rolling out {len(examples)} questions", total=len(examples), completed=len(done)
+            )
 
             def on_progress(done: int, total: int) -> None:
                 bar.update(task, completed=done)
@@ -335,7 +374,15 @@ def eval_command(
                 chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
                 on_progress=on_progress,
                 by=by,
+                done=done,
+                on_chunk=saved.append,
             )
+    except KeyboardInterrupt:
+        kept = len(read_partial(out / PARTIAL)) if out is not None else 0
+        console.print(
+            f"interrupted: {kept} questions kept in {out}; the same command with --resume continues"
+        )
+        raise
     finally:
         close = getattr(policy, "close", None)
         if close is not None:
@@ -366,7 +413,6 @@ def eval_command(
             "ids": [t.example_id for t in shot_trajectories],
         }
 
-    out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     for name in _earlier_evaluation(out):  # --force: none of the earlier files outlives this evaluation
         (out / name).unlink()
@@ -382,96 +428,7 @@ def eval_command(
     (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
     record_environment(out / "environment.json", env=report.environment or None)  # what the scores came from
     (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
+    saved.finish()
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     print_groups(report.scores)
     typer.echo(json.dumps(report.scores, indent=2))
-
-
-def reward_command(
-    method: Annotated[str, typer.Argument(metavar="METHOD", help=f"Method: {METHOD_CHOICES}.")],
-    completions: Annotated[
-        Path,
-        typer.Option(
-            help="jsonl of {id, completion} (the generated text after "
-            "the prompt, observations included) or saved trajectories."
-        ),
-    ],
-    gold: Annotated[Path, typer.Option(help="Canonical question file.")],
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="Config override key.path=value (repeatable), e.g. reward.1.weight=0.2.",
-        ),
-    ] = None,
-    step: Annotated[
-        int, typer.Option(min=0, help="Training step the reward is computed at (for scheduled weights).")
-    ] = 0,
-    total_steps: Annotated[
-        int, typer.Option(min=0, help="Planned training steps (0: scheduled weights stay as written).")
-    ] = 0,
-) -> None:
-    """Re-score saved completions or trajectories with a method's reward: one JSON object per example
-    (id, every component, the weights when a schedule changes them, each labelled schedule's multiplier
-    such as TIRESRAG's a_t, total), then the means. With
-    per-step components: one object per step (id, t, each per-step component, the weights, R_t) and one
-    per episode (id, component sums, return). The whole file is scored as one batch (a batched
-    component, such as an LLM judge, sees every episode)."""
-    from ragrl.data.io import read_examples
-    from ragrl.data.schema import Example
-    from ragrl.methods import load_method
-    from ragrl.rewards import RewardContext
-    from ragrl.rollout.replay import read_completions
-    from ragrl.rollout.trajectory import Trajectory
-
-    method_obj = load_method(method, set_ or [])
-    examples, _ = read_examples(gold)
-    by_id = {ex.id: ex for ex in examples}
-    totals: list[float] = []
-    components: dict[str, list[float]] = {k: [] for k in method_obj.reward.keys}
-    unknown: list[str] = []
-    batch: list[tuple[str, Trajectory, Example]] = []
-    for traj in read_completions(
-        completions,
-        method_obj.protocol,
-        fallback=method_obj.rollout.answers_invalid,
-    ):
-        ex_id = traj.example_id
-        example = by_id.get(ex_id)
-        if example is None:
-            unknown.append(ex_id)
-            continue
-        batch.append((ex_id, traj, example))
-    ctx = RewardContext(step=step, total_steps=total_steps)
-    results = method_obj.reward.score([t for _, t, _ in batch], [e for _, _, e in batch], ctx)
-    for (ex_id, traj, _), result in zip(batch, results, strict=True):
-        totals.append(result.total)
-        for k, v in result.components.items():
-            components[k].append(v)
-        if result.steps is not None:  # per-step rewards: one line per step, then the episode's return
-            log = method_obj.step_log(traj) if method_obj.step_log is not None else None
-            for t, r_t in enumerate(result.steps):
-                raw = {k: v[t] for k, v in result.step_components.items()}
-                ws = {k: v[t] for k, v in result.step_weights.items()}
-                what = {"action": log[t]} if log is not None else {}
-                typer.echo(json.dumps({"id": ex_id, "t": t, **what, **raw, "weights": ws, "R_t": r_t}))
-            typer.echo(json.dumps({"id": ex_id, **result.components, "return": result.total}))
-            continue
-        weights = {"weights": result.weights} if method_obj.reward.scheduled else {}
-        row = {"id": ex_id, **result.components, **weights, **result.factors, "total": result.total}
-        typer.echo(json.dumps(row))
-    if unknown:
-        console.print(f"warning: {len(unknown)} ids are not in {gold}, first: {', '.join(unknown[:5])}")
-    if not totals:
-        raise RagrlError(f"{completions}: nothing to score")
-    means = {k: math.fsum(v) / len(v) for k, v in components.items()}
-    typer.echo(
-        json.dumps(
-            {
-                "mean": {**means, "total": math.fsum(totals) / len(totals)},
-                "n": len(totals),
-                "unknown_ids": len(unknown),
-            }
-        )
-    )

@@ -21,6 +21,7 @@ from typing import Any
 
 from ragrl.config import Method
 from ragrl.data.schema import Example
+from ragrl.errors import RagrlError
 from ragrl.llm.backend import GenerationBackend
 from ragrl.llm.environment import environment
 from ragrl.metrics.normalize import normalize
@@ -160,6 +161,8 @@ def evaluate(
     chunk: int = 64,
     on_progress: Callable[[int, int], None] | None = None,
     by: str | None = None,
+    done: Sequence[Trajectory] = (),
+    on_chunk: Callable[[list[Trajectory]], None] | None = None,
 ) -> EvalReport:
     """Roll the policy out once per example (greedy unless ``temperature`` > 0) and score it.
 
@@ -167,7 +170,11 @@ def evaluate(
     chunk. Groups are numbered globally, so every episode keeps its seed whatever ``chunk`` is (a backend
     that pads prompts into batches may still differ in the last float digits between chunkings).
     ``by`` (a metadata key: ``source``, ``type``, ...) scores each of its values apart too (``scores["by"]``);
-    it is checked before the rollout."""
+    it is checked before the rollout.
+
+    ``done`` are the episodes of the first questions from an evaluation that was interrupted
+    (``ragrl.eval.progress``): the rollout resumes after them, each later episode with the seed it would
+    have had, and ``on_chunk(episodes)`` is called with each chunk's new episodes as it ends."""
     if by is not None:
         by = check_group_key(examples, by)
     base = method.rollout if method.eval_rollout is None else method.eval_rollout
@@ -176,11 +183,16 @@ def evaluate(
     examples = list(examples)
     machine = environment(getattr(backend, "device", None))  # before: nothing after it can lose the rollout
     t0 = time.perf_counter()
-    trajectories: list[Trajectory] = []
+    trajectories: list[Trajectory] = list(done)
+    if [t.example_id for t in trajectories] != [ex.id for ex in examples[: len(trajectories)]]:
+        raise RagrlError("the episodes to resume from are not those of the first questions, in their order")
     step = max(chunk, 1)
-    for start in range(0, len(examples), step):
+    for start in range(len(trajectories), len(examples), step):
         part = examples[start : start + step]
-        trajectories.extend(rollout.run(part, n=1, seed=seed, first_group=start))
+        episodes = rollout.run(part, n=1, seed=seed, first_group=start)
+        trajectories.extend(episodes)
+        if on_chunk is not None:
+            on_chunk(episodes)
         if on_progress is not None:
             on_progress(start + len(part), len(examples))
     elapsed = time.perf_counter() - t0

@@ -1,0 +1,121 @@
+"""An evaluation that survives being stopped: its episodes kept chunk by chunk, resumed where it stopped.
+
+``ragrl eval`` writes two files into its output folder while it runs:
+
+``progress.json``              what the evaluation is (model, data and its sha256, index, the resolved
+                               method's sha256, questions, temperature, seed, ...): a resume must be the
+                               same evaluation;
+``trajectories.partial.jsonl`` the episodes of every chunk that ended, appended and flushed to disk as
+                               each chunk ends.
+
+``ragrl eval ... --resume`` reads them back and rolls out only the questions after them; every later
+episode gets the seed it would have had (``evaluate``'s global group numbering), so a resumed evaluation
+scores what an uninterrupted one does. Both files go once the evaluation's own files are written. A last
+line cut by a kill mid-write is dropped (its chunk is rolled out again); any other bad line is an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ragrl.data.io import atomic_write
+from ragrl.errors import DataError, RagrlError
+from ragrl.rollout.records import trajectory_from_record
+from ragrl.rollout.trajectory import Trajectory
+
+PROGRESS = "progress.json"
+PARTIAL = "trajectories.partial.jsonl"
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EvalProgress:
+    """The episodes an evaluation has finished, kept in ``folder`` (see the module's docstring)."""
+
+    def __init__(self, folder: str | Path, settings: dict[str, Any]) -> None:
+        self.folder = Path(folder)
+        self.settings = settings
+
+    @classmethod
+    def start(cls, folder: str | Path, settings: dict[str, Any]) -> EvalProgress:
+        """A new evaluation's record in ``folder`` (an earlier interrupted one's is replaced)."""
+        progress = cls(folder, settings)
+        progress.folder.mkdir(parents=True, exist_ok=True)
+        (progress.folder / PARTIAL).write_text("", encoding="utf-8")
+        atomic_write(
+            progress.folder / PROGRESS, lambda f: f.write(json.dumps(settings, indent=2) + "\n"), "w"
+        )
+        return progress
+
+    @classmethod
+    def resume(cls, folder: str | Path, settings: dict[str, Any]) -> tuple[EvalProgress, list[Trajectory]]:
+        """The interrupted evaluation in ``folder`` and its finished episodes; a ``RagrlError`` when there
+        is none or it was another evaluation (naming each setting that differs)."""
+        folder = Path(folder)
+        path = folder / PROGRESS
+        if not path.is_file():
+            raise RagrlError(f"{folder}: holds no interrupted evaluation to resume ({PROGRESS} is missing)")
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"not JSON ({e.msg})", path=path, line=e.lineno) from None
+        differ = [
+            key for key in sorted(set(recorded) | set(settings)) if recorded.get(key) != settings.get(key)
+        ]
+        if differ:
+            what = "; ".join(f"{k}: {recorded.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
+            raise RagrlError(
+                f"{folder}: --resume continues the same evaluation, and this one differs ({what})"
+            )
+        return cls(folder, settings), read_partial(folder / PARTIAL)
+
+    def append(self, episodes: Sequence[Trajectory]) -> None:
+        """A chunk's episodes, appended and on disk before this returns."""
+        with open(self.folder / PARTIAL, "a", encoding="utf-8") as f:
+            for episode in episodes:
+                f.write(json.dumps(episode.to_dict(), ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def finish(self) -> None:
+        """The evaluation's own files are written: its progress files go."""
+        for name in (PARTIAL, PROGRESS):
+            (self.folder / name).unlink(missing_ok=True)
+
+
+def read_partial(path: Path) -> list[Trajectory]:
+    """The episodes of a partial file; a last line without its newline (cut by a kill) is dropped."""
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] != "":  # the last line was cut before its newline
+        lines = lines[:-1]
+    episodes = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"not JSON ({e.msg})", path=path, line=number) from None
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object, got {type(record).__name__}", path=path, line=number)
+        episodes.append(trajectory_from_record(record, path, number))
+    return episodes

@@ -1,0 +1,91 @@
+"""An evaluation that survives being stopped: ``ragrl.eval.progress`` and ``ragrl eval --resume``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ragrl.cli import app
+from ragrl.errors import DataError, RagrlError
+from ragrl.eval.progress import PARTIAL, PROGRESS, EvalProgress, read_partial
+from ragrl.rollout.records import read_trajectories
+from ragrl.rollout.trajectory import Action, Segment, Trajectory
+
+runner = CliRunner()
+
+
+def episode(i: int) -> Trajectory:
+    return Trajectory(
+        f"q{i}", [1, 2], [Segment("policy", [3, i], "text", [-0.5, -0.25])], [Action("answer", str(i))]
+    )
+
+
+def test_episodes_kept_chunk_by_chunk_come_back_and_a_torn_last_line_is_dropped(tmp_path):
+    settings = {"model": "m", "seed": 0}
+    saved = EvalProgress.start(tmp_path, settings)
+    saved.append([episode(0), episode(1)])
+    saved.append([episode(2)])
+    _, done = EvalProgress.resume(tmp_path, dict(settings))
+    assert [t.to_dict() for t in done] == [episode(i).to_dict() for i in range(3)]
+    with open(tmp_path / PARTIAL, "a", encoding="utf-8") as f:  # a kill in the middle of a line
+        f.write(json.dumps(episode(3).to_dict())[:40])
+    assert len(read_partial(tmp_path / PARTIAL)) == 3
+    with pytest.raises(RagrlError, match=r"this one differs \(seed: 0 then, 1 now\)"):
+        EvalProgress.resume(tmp_path, {"model": "m", "seed": 1})
+    lines = (tmp_path / PARTIAL).read_text().splitlines()
+    (tmp_path / PARTIAL).write_text(lines[0] + "\n{broken\n" + lines[2] + "\n")
+    with pytest.raises(DataError) as e:  # a bad line that is not the last is an error, not dropped
+        read_partial(tmp_path / PARTIAL)
+    assert e.value.line == 2
+    saved.finish()
+    assert not (tmp_path / PARTIAL).exists() and not (tmp_path / PROGRESS).exists()
+    with pytest.raises(RagrlError, match="holds no interrupted evaluation to resume"):
+        EvalProgress.resume(tmp_path, settings)
+
+
+def test_an_interrupted_evaluation_resumes_to_what_an_uninterrupted_one_gives(
+    world_dir, tmp_path, monkeypatch
+):
+    args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl"),
+            "--index", str(world_dir / "bm25"), "--n", "70", "--temperature", "1", "--seed", "5",
+            "--set", "rollout.max_turns=2", "--set", "rollout.max_new_tokens=6"]  # fmt: skip
+    straight = runner.invoke(app, [*args, "--out", str(tmp_path / "straight")])
+    assert straight.exit_code == 0, straight.output
+
+    append = EvalProgress.append
+
+    def stopped_after_one_chunk(self, episodes):
+        append(self, episodes)
+        raise KeyboardInterrupt  # Ctrl-C once the first chunk (64 of 70 questions) is on disk
+
+    out = tmp_path / "stopped"
+    monkeypatch.setattr(EvalProgress, "append", stopped_after_one_chunk)
+    stopped = runner.invoke(app, [*args, "--out", str(out)])
+    assert stopped.exit_code != 0 and not (out / "scores.json").exists()
+    assert "interrupted: 64 questions kept" in stopped.stderr and "--resume continues" in stopped.stderr
+    monkeypatch.setattr(EvalProgress, "append", append)
+    again = runner.invoke(app, [*args, "--out", str(out)])
+    assert "holds an interrupted evaluation (64 questions rolled out); --resume continues it" in str(
+        again.exception
+    )
+    other = runner.invoke(
+        app, [*args[:-4], "--out", str(out), "--resume"]
+    )  # other budgets: another evaluation
+    assert "--resume continues the same evaluation, and this one differs (method_sha256" in str(
+        other.exception
+    )
+
+    resumed = runner.invoke(app, [*args, "--out", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming: 64 of 70 questions were rolled out before" in resumed.stderr
+    first, then = (read_trajectories(d / "trajectories.jsonl") for d in (tmp_path / "straight", out))
+    sampled = [t.completion_ids for t in first]  # at T = 1
+    assert [t.completion_ids for t in then] == sampled  # every episode with the seed it had
+    assert len({tuple(ids) for ids in sampled}) > 60  # each episode its own sample
+    scores = [json.loads((d / "scores.json").read_text()) for d in (tmp_path / "straight", out)]
+    assert scores[0]["em"] == scores[1]["em"] and scores[0]["n_scored"] == scores[1]["n_scored"] == 70
+    assert not (out / PARTIAL).exists() and not (out / PROGRESS).exists()
+    missing = runner.invoke(app, [*args, "--out", str(tmp_path / "new"), "--resume"])
+    assert "holds no interrupted evaluation" in str(missing.exception)
