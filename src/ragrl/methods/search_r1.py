@@ -8,6 +8,7 @@ method on it: its config, its format reward and ``build_method``. The prompt is 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from ragrl.config import Method, load_method_config, to_dataclass
 from ragrl.config.train import TrainConfig
 from ragrl.data.schema import Example
+from ragrl.metrics.answer import exact_match
+from ragrl.metrics.normalize import normalize
 from ragrl.rewards import build_reward
 from ragrl.rewards.registry import RewardContext, register_reward
 from ragrl.rollout.config import RolloutConfig
@@ -59,6 +62,76 @@ def format_reward(trajectory: Trajectory, example: Example, ctx: RewardContext) 
         and all(well_formed_turn(t, final=False) for t in turns[:-1])
         and well_formed_turn(turns[-1], final=True)
     )
+
+
+# Search-R1's format check (``is_valid_sequence`` in its ``verl/utils/reward_score/qa_em_format.py``): the
+# episode is <think>, then a <search> with its <information> and another <think>, ..., then <answer>, with
+# only whitespace between the blocks and nothing after the answer. (state, tag) -> the next state:
+_TAG = re.compile(r"(</?(?:think|search|information|answer)>)")
+_NEXT = {
+    ("start", "<think>"): "in_think",
+    ("information", "<think>"): "in_think",
+    ("in_think", "</think>"): "after_think",
+    ("after_think", "<search>"): "in_search",
+    ("in_search", "</search>"): "after_search",
+    ("after_search", "<information>"): "in_information",
+    ("in_information", "</information>"): "information",
+    ("after_think", "<answer>"): "in_answer",
+    ("in_answer", "</answer>"): "end",
+}
+_INSIDE = ("in_think", "in_search", "in_information", "in_answer")
+
+
+def valid_sequence(text: str) -> bool:
+    """Whether an episode's text (its turns and observations, after the prompt) has Search-R1's format."""
+    for tag in ("think", "search", "information", "answer"):
+        if text.count(f"<{tag}>") != text.count(f"</{tag}>"):
+            return False
+    state: str | None = "start"
+    for part in _TAG.split(text):
+        if not part.strip():
+            continue
+        if _TAG.fullmatch(part):
+            state = _NEXT.get((state, part))  # type: ignore[arg-type]
+            if state is None:
+                return False
+        elif state not in _INSIDE:
+            return False
+    return state == "end"
+
+
+@register_reward("search_r1_em_format")
+def em_format_reward(
+    trajectory: Trajectory,
+    example: Example,
+    ctx: RewardContext,
+    structure_format_score: float = 0.2,
+    final_format_score: float = 0.1,
+    retrieval_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
+    """Search-R1's EM reward with its format terms (``compute_score_em`` of ``qa_em_format.py``; the
+    defaults are its ``train_*_format.sh`` settings). The terms are gated, not added:
+
+    * a right answer (SQuAD EM) scores ``score``, less ``structure_format_score`` if the format is broken;
+    * a wrong or missing answer in a valid format scores ``structure_format_score``, plus
+      ``retrieval_score`` when a gold answer appears in a retrieved passage;
+    * a wrong answer in a broken format scores ``final_format_score``, a missing one 0.
+
+    The format is ``valid_sequence`` of the episode's text; the answer is the episode's final answer."""
+    text = trajectory.completion_text
+    valid = valid_sequence(text)
+    found = False
+    if valid:
+        golds = [normalize(g) for g in example.answers]
+        blocks = [normalize(b) for b in re.findall(r"<information>(.*?)</information>", text, re.S)]
+        found = any(g in b for b in blocks for g in golds)
+    answer = trajectory.final_answer
+    if answer is not None and exact_match(answer, example.answers, variant="squad"):
+        return score if valid else score - structure_format_score
+    if valid:
+        return structure_format_score + retrieval_score if found else structure_format_score
+    return 0.0 if answer is None else final_format_score
 
 
 def build_method(cfg: Any) -> Method:
