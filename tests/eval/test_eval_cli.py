@@ -421,6 +421,18 @@ def test_eval_asks_a_retrieval_server_and_replays_its_cache_without_it(world_dir
     args = ["eval", "--model", str(world_dir / "model"), "--data", str(world_dir / "test.jsonl")]
     alone = runner.invoke(app, [*args, "--retrieval-cache", str(cache), "--out", str(tmp_path / "x")])
     assert "--retrieval-cache keeps the searches of --index: pass --index too" in str(alone.exception)
+    closed = runner.invoke(
+        app, [*args, "--retrieval-cache", str(cache), "--closed-book", "--out", str(tmp_path / "x")]
+    )
+    assert "--retrieval-cache keeps the searches of --index: --closed-book searches nothing" in str(
+        closed.exception
+    )
+    no_file = runner.invoke(
+        app, [*args, "--index", url, "--cache-mode", "replay", "--out", str(tmp_path / "x")]
+    )
+    assert "--cache-mode replay says how to use --retrieval-cache: give the file too" in str(
+        no_file.exception
+    )
 
 
 def test_a_policy_of_a_training_run_is_evaluated_with_that_runs_method(world_dir, tmp_path):
@@ -435,15 +447,17 @@ def test_a_policy_of_a_training_run_is_evaluated_with_that_runs_method(world_dir
     (run / "config.yaml").write_text(config)
     (run / "metrics.jsonl").write_text("")
     assert trained_with(run / "policy") == trained_with(run / "checkpoints" / "step-000002" / "policy")
-    assert (
-        trained_with(run / "policy") == (run / "config.yaml").resolve()
-        and trained_with(world_dir / "model") is None
-    )
+    assert trained_with(run / "policy") == (run / "config.yaml").absolute()
+    assert trained_with(world_dir / "model") is None
+    shutil.copytree(world_dir / "model", run / "tiny-policy")  # the demo's untrained start, beside its run
+    shutil.copytree(world_dir / "model", run / "warm_start" / "policy")
+    assert trained_with(run / "tiny-policy") is None
+    assert trained_with(run / "warm_start" / "policy") == (run / "config.yaml").absolute()
     args = ["eval", "--data", str(world_dir / "test.jsonl"), "--index", str(world_dir / "bm25"), "--n", "2"]
     result = runner.invoke(app, [*args, "--model", str(run / "policy"), "--out", str(tmp_path / "e")])
     assert result.exit_code == 0, result.output
     assert (
-        f"method: {(run / 'config.yaml').resolve()}, the run that trained {run / 'policy'}" in result.stderr
+        f"method: {(run / 'config.yaml').absolute()}, the run that trained {run / 'policy'}" in result.stderr
     )
     assert (tmp_path / "e" / "config.yaml").read_text() == config  # played as it was trained
     chosen = runner.invoke(app, [*args, "--model", str(run / "policy"), "--out", str(tmp_path / "f"),

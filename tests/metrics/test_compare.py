@@ -20,8 +20,8 @@ def test_mcnemar_is_the_exact_binomial_test_of_the_discordant_pairs():
     assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(5, 5) == 1.0  # capped at 1
     assert mcnemar_exact(6, 0) == 2 / 64
     scipy_stats = pytest.importorskip("scipy.stats")
-    for b, c in [(10, 2), (7, 3), (30, 18), (1, 0), (40, 41)]:
-        assert mcnemar_exact(b, c) == pytest.approx(scipy_stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-12)
+    for b, c in [(10, 2), (7, 3), (30, 18), (1, 0), (40, 41), (12_690, 11_513)]:  # the last: ~50k questions
+        assert mcnemar_exact(b, c) == pytest.approx(scipy_stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
 
 
 def test_the_permutation_p_value_matches_every_sign_flip_enumerated():
@@ -48,6 +48,8 @@ def test_identical_runs_differ_by_nothing_and_a_clear_win_is_significant():
     assert win["mcnemar"] == {"b_only": 30, "a_only": 0, "p_value": 2 / 2**30}
     with pytest.raises(RagrlError, match="no question is scored by both runs"):
         paired_comparison([], [])
+    with pytest.raises(RagrlError, match="paired scores must be finite numbers"):
+        paired_comparison([0, 1, float("nan")], [1, 1, 0])  # a NaN would make any delta "significant"
 
 
 def test_rows_pair_by_id_and_what_is_left_out_is_named():
@@ -86,7 +88,11 @@ def test_compare_from_the_cli(tmp_path):
     assert out["metrics"]["f1"]["delta"] == 0.0 and out["metrics"]["f1"]["p_value"] == 1.0
     assert out["a_only"] == {"count": 1, "first_ids": ["only-a"]} and out["b_only"]["count"] == 0
     assert out["a"] == str(tmp_path / "eval-a" / "per_example.jsonl")
-    assert "B − A" in result.stderr and "1 questions of" in result.stderr and "only-a" in result.stderr
+    assert "B − A" in result.stderr and "only-a" in result.stderr
+    assert (
+        f"1 question of {tmp_path / 'eval-a' / 'per_example.jsonl'} not in {b_file}: left out"
+        in result.stderr
+    )
 
 
 def test_compare_refuses_what_it_cannot_pair(tmp_path):
@@ -103,3 +109,24 @@ def test_compare_refuses_what_it_cannot_pair(tmp_path):
     assert "no question is scored on em by both" in str(apart.exception)
     folder = runner.invoke(app, ["compare", str(tmp_path), str(a)])
     assert "holds no per_example.jsonl" in str(folder.exception)
+
+
+def test_compare_names_what_it_left_out_and_warns_when_the_runs_scored_other_data(tmp_path):
+    for name, data, f1 in (("a", "test.jsonl", 0.5), ("b", "dev.jsonl", None)):
+        (tmp_path / name).mkdir()
+        rows = [{"id": "q1", "em": 1.0, "f1": 1.0}, {"id": "q2", "em": 0.0, **({"f1": f1} if f1 else {})}]
+        write(tmp_path / name / "per_example.jsonl", rows)
+        scores = {"variant": "squad", "provenance": {"data": data}}
+        (tmp_path / name / "scores.json").write_text(json.dumps(scores))
+    result = CliRunner().invoke(
+        app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--resamples", "50"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (
+        out["metrics"]["f1"]["unscored"] == {"count": 1, "first_ids": ["q2"]}
+        and out["metrics"]["f1"]["n"] == 1
+    )
+    assert out["metrics"]["em"]["unscored"] == {"count": 0, "first_ids": []}
+    assert "1 question of both runs left out of f1: one run has no f1 for them (first: q2)" in result.stderr
+    assert "A and B were scored with another data: test.jsonl and dev.jsonl" in result.stderr

@@ -273,6 +273,11 @@ def test_by_a_number_orders_numerically_and_bootstraps_each_group_alone(tmp_path
     result = score_files(pred, gold, metrics="em", by="hops", bootstrap=200, seed=3)
     groups = result.summary["by"]["groups"]
     assert list(groups) == ["2", "4", "10", "(none)"]  # 2 before 10
+    from ragrl.data.schema import Example
+    from ragrl.metrics.score import _group_order, group_of
+
+    assert sorted(["2", "nan", "10", "1", "inf"], key=_group_order) == ["1", "2", "10", "inf", "nan"]
+    assert group_of(Example("x", "q", ["a"], metadata={"hops": 2.0}), "hops") == "2"  # hops 2.0 is hops 2
     assert groups["2"]["n"] == 2 and groups["2"]["em"] == 0.5
     rows_of_2 = [r for r in result.per_example if r["id"] in ("h1", "h3")]
     assert groups["2"]["ci95"] == bootstrap_ci(rows_of_2, ["em"], 200, 3)  # its own rows only

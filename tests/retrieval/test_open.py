@@ -44,6 +44,7 @@ def test_a_folder_loads_the_index_and_a_url_asks_the_server(toy_bm25, tmp_path, 
         assert is_url(url) and not is_url(str(tmp_path)) and not is_url(tmp_path / "bm25")
         remote = open_retriever(url)
         assert isinstance(remote, HttpRetriever) and remote.fingerprint == toy_bm25.fingerprint
+        assert open_retriever(url.replace("http://", "HTTP://")).fingerprint == toy_bm25.fingerprint
         assert remote.search(QUERIES, 3) == toy_bm25.search(QUERIES, 3)
         # ragrl search takes the URL too
         (tmp_path / "q.txt").write_text("\n".join(QUERIES) + "\n")
@@ -91,6 +92,8 @@ def test_a_url_nobody_answers_is_an_error_at_once(monkeypatch, tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(RagrlError, match=rf"http://127.0.0.1:{port} does not answer as a retrieval server"):
         open_retriever(f"http://127.0.0.1:{port}")
+    with pytest.raises(RagrlError, match="cache mode 'replay' says how to use a retrieval cache"):
+        open_retriever(str(tmp_path), cache_mode="replay")  # no cache file: the mode would be ignored
     with pytest.raises(RagrlError, match="unknown cache mode 'sometimes'"):
         open_retriever(str(tmp_path), cache=tmp_path / "c.sqlite", cache_mode="sometimes")
     with pytest.raises(RagrlError, match="index directory does not exist"):

@@ -441,5 +441,13 @@ def test_sft_and_train_ask_a_retrieval_server_named_by_its_url(
         assert result.exit_code == 0, result.output
         assert summary_of(result.stdout)["steps"] == 1
     monkeypatch.setattr("ragrl.retrieval.http.time.sleep", lambda s: None)  # the retries' back-off
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model loaded before the retriever was checked")
+
+    monkeypatch.setattr("ragrl.train.base.load_policy", never)
+    monkeypatch.setattr("ragrl.train.setup.load_policy", never)
     gone = runner.invoke(app, [*grpo[:3], str(tmp_path / "again"), *grpo[4:]])  # the server has stopped
     assert gone.exit_code != 0 and f"{url} does not answer as a retrieval server" in str(gone.exception)
+    sft_gone = runner.invoke(app, [*sft[:5], str(tmp_path / "sft-again"), *sft[6:]])
+    assert f"{url} does not answer as a retrieval server" in str(sft_gone.exception)

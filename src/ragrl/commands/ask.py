@@ -25,11 +25,21 @@ METHOD_HELP = (
 
 
 def trained_with(model: Path) -> Path | None:
-    """The config.yaml of the training run ``model`` was saved by: the nearest of its three parent
-    folders that holds a run's ``config.yaml`` and ``metrics.jsonl``."""
-    for folder in list(Path(model).resolve().parents)[:3]:
-        if (folder / "config.yaml").is_file() and (folder / "metrics.jsonl").is_file():
-            return folder / "config.yaml"
+    """The config.yaml of the training run that saved ``model``, for the folders a run saves a policy in:
+    ``RUN/policy``, ``RUN/best`` (a stage's run folder too), ``RUN/warm_start/policy`` (the demo's warm
+    start) and ``RUN/checkpoints/step-N/policy``; a run folder holds ``config.yaml`` and ``metrics.jsonl``.
+    Any other folder (the demo's untrained ``RUN/tiny-policy``, a model of one's own) has none."""
+    model = Path(model).absolute()
+    if model.name not in ("policy", "best"):
+        return None
+    runs = [model.parent]
+    if model.name == "policy" and model.parent.name == "warm_start":
+        runs.append(model.parent.parent)
+    if model.name == "policy" and model.parent.parent.name == "checkpoints":
+        runs.append(model.parent.parent.parent)
+    for run in runs:
+        if (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file():
+            return run / "config.yaml"
     return None
 
 
@@ -108,6 +118,7 @@ def ask(
 
     from ragrl.data.schema import Example
     from ragrl.methods import load_method
+    from ragrl.retrieval.open import close_all, open_retriever
     from ragrl.rollout.limits import check_prompts
 
     texts = [q.strip() for q in questions]
@@ -133,8 +144,6 @@ def ask(
 
         retriever: Any = NullRetriever()
     else:
-        from ragrl.retrieval.open import open_retriever
-
         retriever = open_retriever(index)  # type: ignore[arg-type]
     policy = load_policy(model, backend, device, batch_size=len(examples))
     try:
@@ -143,9 +152,7 @@ def ask(
         config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
         trajectories = method_obj.make_rollout(policy, retriever, config).run(examples, n=1, seed=seed)
     finally:
-        close = getattr(policy, "close", None)
-        if close is not None:
-            close()
+        close_all(policy, retriever)
     for example, trajectory in zip(examples, trajectories, strict=True):
         if show:
             console.print(styled("question:", "bold", example.question))

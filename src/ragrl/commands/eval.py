@@ -245,7 +245,7 @@ def eval_command(
     from ragrl.metrics.normalize import get_variant
     from ragrl.metrics.score import check_group_key
     from ragrl.retrieval.cache import CachedRetriever
-    from ragrl.retrieval.open import open_retriever
+    from ragrl.retrieval.open import close_all, open_retriever
     from ragrl.rollout.limits import check_prompts
     from ragrl.rollout.records import write_trajectories
 
@@ -272,7 +272,12 @@ def eval_command(
     if closed_book and index is not None:
         raise RagrlError("--closed-book searches nothing: leave out --index")
     if retrieval_cache is not None and index is None:
-        raise RagrlError("--retrieval-cache keeps the searches of --index: pass --index too")
+        why = "--closed-book searches nothing" if closed_book else "pass --index too"
+        raise RagrlError(f"--retrieval-cache keeps the searches of --index: {why}")
+    if retrieval_cache is None and cache_mode is not CacheMode.readwrite:
+        raise RagrlError(
+            f"--cache-mode {cache_mode.value} says how to use --retrieval-cache: give the file too"
+        )
     if index is None and method_obj.protocol.needs_retriever and not closed_book:
         raise RagrlError(
             f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by "
@@ -384,9 +389,7 @@ def eval_command(
         )
         raise
     finally:
-        close = getattr(policy, "close", None)
-        if close is not None:
-            close()
+        close_all(policy, retriever)
     report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
     if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
         console.print(

@@ -114,7 +114,7 @@ def search(
     metrics with --eval)."""
     from ragrl.console import progress
     from ragrl.retrieval.cache import CachedRetriever
-    from ragrl.retrieval.open import open_retriever
+    from ragrl.retrieval.open import close_all, open_retriever
 
     if (query is None) == (queries is None):
         raise RagrlError("give either a QUERY or --queries FILE (not both)")
@@ -124,24 +124,24 @@ def search(
         raise RagrlError("QUERY is empty: give the words to search for")
     ks = _parse_ks(eval_k) if eval_ else ()
 
-    retriever: Any = open_retriever(index_dir, cache=cache, cache_mode=cache_mode.value, device=device)
-
-    if query is not None and out is None:
-        hits = retriever.search([query], k)[0]
-        _print_table(query, hits, snippet)
-        return
-
     texts, examples = ([query], None) if query is not None else _read_queries(queries)  # type: ignore[arg-type]
     if eval_ and examples is None:
         raise RagrlError(
             f"{queries}: --eval needs a canonical question jsonl (with supporting_ids and/or "
             "golden_answers), not plain text"
         )
-    eval_depth = max(k, *ks) if ks else k
-    all_hits: list[list[Any]] = []
-    batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
-    for batch in progress(batches, f"searching {len(texts):,} queries", total=len(batches)):
-        all_hits.extend(retriever.search(batch, eval_depth))
+    retriever: Any = open_retriever(index_dir, cache=cache, cache_mode=cache_mode.value, device=device)
+    try:
+        if query is not None and out is None:
+            _print_table(query, retriever.search([query], k)[0], snippet)
+            return
+        eval_depth = max(k, *ks) if ks else k
+        all_hits: list[list[Any]] = []
+        batches = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
+        for batch in progress(batches, f"searching {len(texts):,} queries", total=len(batches)):
+            all_hits.extend(retriever.search(batch, eval_depth))
+    finally:
+        close_all(retriever)
 
     def records():
         for i, (q, hits) in enumerate(zip(texts, all_hits, strict=True)):

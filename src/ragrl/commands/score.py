@@ -204,6 +204,20 @@ def aggregate(
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
 
 
+def _scored_from(per_example: Path) -> dict:
+    """What an evaluation folder's ``scores.json`` says it scored (``data``, ``variant``); empty for a
+    ``ragrl score --per-example`` file, which has none beside it."""
+    path = per_example.parent / "scores.json"
+    try:
+        scores = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(scores, dict):
+        return {}
+    provenance = scores.get("provenance") if isinstance(scores.get("provenance"), dict) else {}
+    return {"data": provenance.get("data"), "variant": scores.get("variant")}
+
+
 def compare(
     a: Annotated[
         Path,
@@ -245,7 +259,7 @@ def compare(
                 f"(ids only in A: {len(left_out['a_only'])}, only in B: {len(left_out['b_only'])})"
             )
         stats = paired_comparison(xs, ys, resamples=resamples, seed=seed)
-        stats["unscored"] = len(left_out["unscored"])
+        stats["unscored"] = {"count": len(left_out["unscored"]), "first_ids": left_out["unscored"][:10]}
         result["metrics"][name] = stats
     result["a_only"] = {"count": len(left_out["a_only"]), "first_ids": left_out["a_only"][:10]}
     result["b_only"] = {"count": len(left_out["b_only"]), "first_ids": left_out["b_only"][:10]}
@@ -265,15 +279,25 @@ def compare(
             mcnemar,
         )  # fmt: skip
     console.print(table)
+
+    def warn(message: str) -> None:
+        console.print(styled("warning:", "yellow", message))
+
+    def questions(n: int) -> str:
+        return f"{n} question{'s' if n != 1 else ''}"
+
     for key, where, other in (("a_only", a_path, b_path), ("b_only", b_path, a_path)):
         info = result[key]
         if info["count"]:
             first = ", ".join(info["first_ids"])
-            message = f"{info['count']} questions of {where} are not in {other}, left out (first: {first})"
-            console.print(styled("warning:", "yellow", message))
+            warn(f"{questions(info['count'])} of {where} not in {other}: left out (first: {first})")
     for name, s in result["metrics"].items():
-        if s["unscored"]:
-            console.print(
-                styled("warning:", "yellow", f"{s['unscored']} questions of both runs lack {name}: left out")
-            )
+        if s["unscored"]["count"]:
+            first = ", ".join(s["unscored"]["first_ids"])
+            n = questions(s["unscored"]["count"])
+            warn(f"{n} of both runs left out of {name}: one run has no {name} for them (first: {first})")
+    scored = [_scored_from(a_path), _scored_from(b_path)]
+    for field in ("data", "variant"):
+        if scored[0].get(field) and scored[1].get(field) and scored[0][field] != scored[1][field]:
+            warn(f"A and B were scored with another {field}: {scored[0][field]} and {scored[1][field]}")
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))

@@ -36,14 +36,17 @@ def _load(config: str, overrides: list[str] | None, out: Path | None):  # noqa: 
 
 def _policy_run(config: str, overrides: list[str] | None, out: Path | None, resume: str | None):  # noqa: ANN202
     """What ``sft`` and ``dpo`` start from: the method, its run folder, the checkpoint to resume from, the
-    accelerator and the policy with its tokenizer."""
+    accelerator, the retriever (``train.data.index``, opened before the model: a server that does not
+    answer is an error at once) and the policy with its tokenizer."""
+    from ragrl.train.base import load_index
     from ragrl.train.setup import load_policy, make_accelerator
 
     method = _load(config, overrides, out)
     run_dir, resume = _start_run_dir(method, resume)
     accelerator = make_accelerator(method.train)
+    retriever = load_index(method.train)
     model, tokenizer = load_policy(method.train.model, accelerator.device)
-    return method, run_dir, resume, accelerator, model, tokenizer
+    return method, run_dir, resume, accelerator, retriever, model, tokenizer
 
 
 RUN_FILES = (
@@ -161,12 +164,11 @@ def sft(
 ) -> None:
     """Supervised warm start on demonstration trajectories (loss on policy tokens only)."""
     from ragrl.rollout.records import read_trajectories, write_trajectories
-    from ragrl.train.base import load_examples, load_index
+    from ragrl.train.base import load_examples
     from ragrl.train.sft import SFTTrainer, demonstration_trajectories
 
-    method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
+    method, run_dir, resume, accelerator, retriever, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
-    retriever = load_index(cfg)
     from ragrl.synth.demonstrators import DEMONSTRATORS, demonstrator_by_name
 
     if demos in DEMONSTRATORS:
@@ -222,14 +224,15 @@ def dpo(
     """Preference training (DPO and its variants, train.dpo.*) on (chosen, rejected) pairs."""
     from ragrl.train.dpo import DPOTrainer, read_pairs
 
-    method, run_dir, resume, accelerator, model, tokenizer = _policy_run(config, set_, out, resume)
+    method, run_dir, resume, accelerator, retriever, model, tokenizer = _policy_run(config, set_, out, resume)
     cfg = method.train
     records = read_pairs(pairs, tokenizer)
     if accelerator.is_main_process:
         console.print(f"DPO ({cfg.dpo.loss_type}, beta {cfg.dpo.beta}) on {len(records)} pairs")
     trainer = DPOTrainer(
-        method, cfg, records, run_dir=run_dir, accelerator=accelerator, model=model, tokenizer=tokenizer
-    )
+        method, cfg, records, run_dir=run_dir, accelerator=accelerator, model=model, tokenizer=tokenizer,
+        retriever=retriever,
+    )  # fmt: skip
     summary = trainer.train(resume=resume)
     _report(run_dir, summary)
 

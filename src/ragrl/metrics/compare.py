@@ -33,8 +33,11 @@ def mcnemar_exact(b: int, c: int) -> float:
     n = b + c
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    term = tail = 1  # C(n, 0); each next term from the last, so the sum costs min(b, c) small products
+    for i in range(min(b, c)):
+        term = term * (n - i) // (i + 1)
+        tail += term
+    return min(1.0, 2 * tail / 2**n)
 
 
 def paired_comparison(
@@ -50,6 +53,8 @@ def paired_comparison(
     if resamples < 1:
         raise RagrlError(f"resamples must be at least 1, got {resamples}")
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise RagrlError("paired scores must be finite numbers (a NaN or an infinity was given)")
     d = y - x
     delta = math.fsum(d) / len(d)
     rng = np.random.default_rng(seed)

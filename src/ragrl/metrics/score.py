@@ -293,6 +293,8 @@ def group_of(ex: Example, key: str, gold_path: str | Path = "<gold>") -> str:
         return NO_GROUP
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # hops 2.0 is hops 2
     if isinstance(value, (bool, int, float)):
         return json.dumps(value)
     raise DataError(
@@ -323,6 +325,8 @@ def _group_order(group: str) -> tuple[bool, float, str]:
     try:
         number = float(group)
     except ValueError:
+        number = math.inf
+    if not math.isfinite(number):  # "nan", "inf": names, not numbers
         number = math.inf
     return group == NO_GROUP, number, group
 

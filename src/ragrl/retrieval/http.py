@@ -68,7 +68,7 @@ class HttpRetriever:
         base = str(url).strip().rstrip("/")
         if base.endswith("/retrieve"):
             base = base[: -len("/retrieve")]
-        if not base.startswith(("http://", "https://")):
+        if not base.lower().startswith(("http://", "https://")):
             raise RagrlError(f"retriever URL must start with http:// or https://, got {url!r}")
         if retries < 0 or backoff < 0 or timeout <= 0 or batch_size < 1:
             raise RagrlError(

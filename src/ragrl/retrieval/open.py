@@ -9,8 +9,10 @@ as it is::
     retriever = open_retriever("runs/wiki/bm25")
     retriever = open_retriever("http://127.0.0.1:8000", cache="runs/retrieval.sqlite")
 
-A URL is asked for one hit before anything else happens, so a server that is down or speaks another
-contract is an error naming it at start-up, not after a model has loaded.
+A URL is checked when it is opened, which ``ragrl eval``, ``ragrl ask`` and training do before a model
+loads: ``GET /health`` where the server has it (``ragrl serve``), else one search (Search-R1's server has
+no ``/health``). A server that is down is an error naming it after the client's retries (3.5 s of
+back-off for a refused connection; a host that drops packets waits out the 30 s timeout of each try).
 
 ``cache`` puts the on-disk retrieval cache (``CachedRetriever``) in front, keyed by the index's
 fingerprint: ``readwrite`` searches only what it has not stored, ``record`` searches and stores
@@ -63,6 +65,10 @@ def open_retriever(
     ``options`` go to ``load_retriever`` for a folder (``device=``, ``nprobe=``, ...)."""
     if cache_mode not in MODES:
         raise RagrlError(f"unknown cache mode {cache_mode!r} (expected one of {', '.join(MODES)})")
+    if cache is None and cache_mode != "readwrite":
+        raise RagrlError(
+            f"cache mode {cache_mode!r} says how to use a retrieval cache: give the cache file too"
+        )
     url = is_url(where)
     if cache is not None and cache_mode == "replay":
         fingerprint = None
@@ -85,3 +91,12 @@ def open_retriever(
             "`ragrl serve`, whose /health reports it, or leave the cache out"
         ) from None
     return CachedRetriever(inner, cache, cache_mode)
+
+
+def close_all(*things: Any) -> None:
+    """Close each of ``things`` that can be closed (a retriever's HTTP client, its cache's database, a
+    generation backend's engine)."""
+    for thing in things:
+        close = getattr(thing, "close", None)
+        if close is not None:
+            close()

@@ -74,6 +74,8 @@ class Trainer:
         """How the processes share the model (``train.parallel``): every step's backward, no-sync,
         clipping, generation and checkpoint go through it."""
         set_seed(config.seed)
+        # the retriever first: a server that does not answer is an error before a model loads
+        self.retriever = retriever if retriever is not None else load_index(config)
         if model is None:
             model, tokenizer = load_policy(config.model, self.acc.device)
         elif is_sharded(model):  # an earlier trainer's model, sharded (or held by ZeRO) in place
@@ -90,7 +92,6 @@ class Trainer:
         eval_examples = method.prepare_examples(eval_examples, "train.data.eval")
         self.eval_examples = eval_examples[: config.data.eval_limit or None]
         check_prompts(self.eval_examples, method.protocol, self.tokenizer, method.rollout, "train.data.eval")
-        self.retriever = retriever if retriever is not None else load_index(config)
         if config.patience and not self.eval_examples:
             console.print(
                 f"warning: train.patience = {config.patience} needs held-out evaluations (train.data.eval "
