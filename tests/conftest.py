@@ -129,6 +129,30 @@ def serve() -> Any:
     return serving
 
 
+def search_r1_like(retriever: Any) -> Any:
+    """Search-R1's retrieval_server.py as an app: POST /retrieve only (no /health, so no fingerprint),
+    documents as FlashRAG's ``contents``."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.post("/retrieve")
+    def retrieve(body: dict) -> dict:
+        hits = retriever.search(body["queries"], body.get("topk", 3))
+        result = [[{"document": {"id": h.passage.id, "contents": f"{h.passage.title}\n{h.passage.text}"},
+                    "score": h.score} for h in row] for row in hits]  # fmt: skip
+        return {"result": result}
+
+    return app
+
+
+@pytest.fixture
+def search_r1_app() -> Any:
+    """``search_r1_app(retriever)``: Search-R1's server for it, to ``serve``."""
+    pytest.importorskip("fastapi")
+    return search_r1_like
+
+
 # An OpenAI-compatible chat server on localhost, for the judge clients and the judged rewards.
 @dataclass
 class ChatServer:

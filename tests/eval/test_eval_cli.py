@@ -464,3 +464,14 @@ def test_a_policy_of_a_training_run_is_evaluated_with_that_runs_method(world_dir
                                  "--method", "search_r1"])  # fmt: skip
     assert chosen.exit_code == 0 and "the run that trained" not in chosen.stderr
     assert "max_turns: 3" not in (tmp_path / "f" / "config.yaml").read_text()
+
+
+def test_eval_asks_a_search_r1_server_that_reports_no_fingerprint(world_dir, tmp_path, serve, search_r1_app):
+    from ragrl.retrieval.base import load_retriever
+
+    oracle = ("--demonstrator", "oracle", "--n", "5")
+    local = _eval(world_dir, tmp_path / "local", *oracle)
+    with serve(search_r1_app(load_retriever(world_dir / "bm25"))) as url:
+        remote = _eval(world_dir, tmp_path / "remote", *oracle, index=url)  # no /health: nothing to key on
+    assert remote["provenance"]["index"] == url and remote["provenance"]["index_fingerprint"] is None
+    assert remote["em"] == local["em"] == 1.0 and remote["full_recall@10"] == local["full_recall@10"]

@@ -9,7 +9,14 @@ from typer.testing import CliRunner
 
 from ragrl.cli import app
 from ragrl.errors import DataError, RagrlError
-from ragrl.eval.progress import PARTIAL, PROGRESS, EvalProgress, read_partial
+from ragrl.eval.progress import (
+    PARTIAL,
+    PROGRESS,
+    EvalProgress,
+    count_partial,
+    model_fingerprint,
+    read_partial,
+)
 from ragrl.rollout.records import read_trajectories
 from ragrl.rollout.trajectory import Action, Segment, Trajectory
 
@@ -32,10 +39,16 @@ def test_episodes_kept_chunk_by_chunk_come_back_and_a_torn_last_line_is_dropped(
     with open(tmp_path / PARTIAL, "a", encoding="utf-8") as f:  # a kill in the middle of a line
         f.write(json.dumps(episode(3).to_dict())[:40])
     assert len(read_partial(tmp_path / PARTIAL)) == 3
+    resumed, done = EvalProgress.resume(tmp_path, dict(settings))  # the cut line leaves the file too
+    assert len(done) == 3 and resumed.kept == 3
+    resumed.append([episode(3), episode(4)])
+    _, done = EvalProgress.resume(tmp_path, dict(settings))  # and a second resume reads every episode
+    assert [t.example_id for t in done] == ["q0", "q1", "q2", "q3", "q4"]
     with pytest.raises(RagrlError, match=r"this one differs \(seed: 0 then, 1 now\)"):
         EvalProgress.resume(tmp_path, {"model": "m", "seed": 1})
     lines = (tmp_path / PARTIAL).read_text().splitlines()
     (tmp_path / PARTIAL).write_text(lines[0] + "\n{broken\n" + lines[2] + "\n")
+    assert count_partial(tmp_path / PARTIAL) == 3
     with pytest.raises(DataError) as e:  # a bad line that is not the last is an error, not dropped
         read_partial(tmp_path / PARTIAL)
     assert e.value.line == 2
@@ -60,11 +73,24 @@ def test_an_interrupted_evaluation_resumes_to_what_an_uninterrupted_one_gives(
         append(self, episodes)
         raise KeyboardInterrupt  # Ctrl-C once the first chunk (64 of 70 questions) is on disk
 
+    def crashed_after_one_chunk(self, episodes):
+        append(self, episodes)
+        raise RagrlError("POST http://retriever/retrieve failed after 4 attempts")  # a server gone
+
+    crashed = tmp_path / "crashed"
+    monkeypatch.setattr(EvalProgress, "append", crashed_after_one_chunk)
+    result = runner.invoke(app, [*args, "--out", str(crashed)])
+    assert f"stopped: 64 questions kept in {crashed}; the same command with --out {crashed} --resume" in (
+        result.stderr
+    )
+    assert f"episodes kept in {crashed} as they are rolled out" in result.stderr
     out = tmp_path / "stopped"
     monkeypatch.setattr(EvalProgress, "append", stopped_after_one_chunk)
     stopped = runner.invoke(app, [*args, "--out", str(out)])
     assert stopped.exit_code != 0 and not (out / "scores.json").exists()
-    assert "interrupted: 64 questions kept" in stopped.stderr and "--resume continues" in stopped.stderr
+    assert (
+        f"stopped: 64 questions kept in {out}; the same command with --out {out} --resume" in stopped.stderr
+    )
     monkeypatch.setattr(EvalProgress, "append", append)
     again = runner.invoke(app, [*args, "--out", str(out)])
     assert "holds an interrupted evaluation (64 questions rolled out); --resume continues it" in str(
@@ -85,7 +111,31 @@ def test_an_interrupted_evaluation_resumes_to_what_an_uninterrupted_one_gives(
     assert [t.completion_ids for t in then] == sampled  # every episode with the seed it had
     assert len({tuple(ids) for ids in sampled}) > 60  # each episode its own sample
     scores = [json.loads((d / "scores.json").read_text()) for d in (tmp_path / "straight", out)]
-    assert scores[0]["em"] == scores[1]["em"] and scores[0]["n_scored"] == scores[1]["n_scored"] == 70
+    assert scores[1].pop("resumed_from") == 64 and scores[1]["n_scored"] == 70
+    for s in scores:
+        del s["rollout_seconds"]
+    assert scores[0] == scores[1]  # every figure, the provenance too
+    rows = [(d / "per_example.jsonl").read_text() for d in (tmp_path / "straight", out)]
+    assert rows[0] == rows[1]
+    restarted = runner.invoke(app, [*args, "--out", str(crashed), "--force"])  # --force starts over
+    assert restarted.exit_code == 0 and "resuming" not in restarted.stderr
+    assert json.loads((crashed / "scores.json").read_text()).get("resumed_from") is None
     assert not (out / PARTIAL).exists() and not (out / PROGRESS).exists()
     missing = runner.invoke(app, [*args, "--out", str(tmp_path / "new"), "--resume"])
     assert "holds no interrupted evaluation" in str(missing.exception)
+
+
+def test_a_model_fingerprint_sees_a_retrained_checkpoint_without_reading_it_whole(tmp_path):
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')
+    weights = bytearray(3 << 20)  # 3 MiB: the middle MiB is never read
+    (tmp_path / "model.safetensors").write_bytes(bytes(weights))
+    first = model_fingerprint(tmp_path)
+    weights[(3 << 20) - 5] = 1  # the last tensors, as a retrained checkpoint's
+    (tmp_path / "model.safetensors").write_bytes(bytes(weights))
+    assert model_fingerprint(tmp_path) != first
+    changed = model_fingerprint(tmp_path)
+    weights[(3 << 20) // 2] = 7  # the middle: not read (a cheap fingerprint, not a hash of the weights)
+    (tmp_path / "model.safetensors").write_bytes(bytes(weights))
+    assert model_fingerprint(tmp_path) == changed
+    (tmp_path / "config.json").write_text('{"hidden_size": 16}')
+    assert model_fingerprint(tmp_path) != changed

@@ -69,6 +69,13 @@ FOUND = "\n<information>Doc 1 (Title: Zorvex Labs) It was founded by Ilsa Varn o
 MISSED = "\n<information>Doc 1 (Title: Orvale) Orvale is a river.</information>\n"
 SEARCH = "<think> who founded it </think>\n<search> Zorvex Labs founder </search>"
 
+# ragrl's corrective observation after an invalid turn: its example <answer> block is read as the authors'
+# function reads theirs (a wrong answer in a broken format)
+CORRECTIVE = (
+    "\nThat was not a valid action (no <search> or <answer> block). Write a query as <search> query "
+    "</search> or the final answer as <answer> answer </answer>.\n"
+)
+
 # Search-R1's compute_score_em (verl/utils/reward_score/qa_em_format.py, PeterGriffinJin/Search-R1 at
 # a14dc3a) gives these for "<|im_start|>assistant\n" + the episode's text, the answer in a second <answer>
 # (its extraction needs two: the prompt holds an example), structure 0.2, final 0.1, retrieval 0.1.
@@ -86,6 +93,7 @@ GATED = [
     ("wrong, broken format", ["<search> q </search>", "<answer> Orvale </answer>"], [MISSED], "Orvale", 0.1),
     ("no answer, broken format", [SEARCH, "<think> unsure"], [FOUND], None, 0.0),
     ("right, no search", ["<think> I know </think>\n<answer> tamrin. </answer>"], [], "tamrin.", 1.0),
+    ("an invalid turn, never an answer", ["I am not sure", "<think> still unsure"], [CORRECTIVE], None, 0.1),
 ]  # fmt: skip
 
 

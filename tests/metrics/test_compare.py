@@ -129,4 +129,4 @@ def test_compare_names_what_it_left_out_and_warns_when_the_runs_scored_other_dat
     )
     assert out["metrics"]["em"]["unscored"] == {"count": 0, "first_ids": []}
     assert "1 question of both runs left out of f1: one run has no f1 for them (first: q2)" in result.stderr
-    assert "A and B were scored with another data: test.jsonl and dev.jsonl" in result.stderr
+    assert "A and B were scored with another question file: test.jsonl and dev.jsonl" in result.stderr

@@ -20,22 +20,6 @@ from ragrl.retrieval.server import create_app  # noqa: E402
 QUERIES = ["capital of Germany", "highest mountain", "largest river in the world"]
 
 
-def search_r1_like(retriever):
-    """Search-R1's retrieval_server.py: POST /retrieve only (no /health, so no fingerprint)."""
-    from fastapi import FastAPI
-
-    app = FastAPI()
-
-    @app.post("/retrieve")
-    def retrieve(body: dict):
-        hits = retriever.search(body["queries"], body.get("topk", 3))
-        result = [[{"document": {"id": h.passage.id, "contents": f"{h.passage.title}\n{h.passage.text}"},
-                    "score": h.score} for h in row] for row in hits]  # fmt: skip
-        return {"result": result}
-
-    return app
-
-
 def test_a_folder_loads_the_index_and_a_url_asks_the_server(toy_bm25, tmp_path, serve):
     toy_bm25.save(tmp_path / "bm25")
     local = open_retriever(tmp_path / "bm25")
@@ -71,8 +55,8 @@ def test_a_cached_server_is_replayed_without_it(toy_bm25, tmp_path, serve):
         replayed.search(["a query never searched"], 3)
 
 
-def test_a_search_r1_server_works_but_cannot_key_a_cache(toy_bm25, tmp_path, serve):
-    with serve(search_r1_like(toy_bm25)) as url:
+def test_a_search_r1_server_works_but_cannot_key_a_cache(toy_bm25, tmp_path, serve, search_r1_app):
+    with serve(search_r1_app(toy_bm25)) as url:
         remote = open_retriever(url)  # /health answers 404: the server is checked with one search
         hits = remote.search(QUERIES, 2)
         assert [[h.passage.id for h in row] for row in hits] == [
@@ -98,3 +82,18 @@ def test_a_url_nobody_answers_is_an_error_at_once(monkeypatch, tmp_path):
         open_retriever(str(tmp_path), cache=tmp_path / "c.sqlite", cache_mode="sometimes")
     with pytest.raises(RagrlError, match="index directory does not exist"):
         open_retriever(tmp_path / "nothing")
+
+
+def test_a_closed_server_client_says_so_and_close_all_closes_the_rest(toy_bm25, serve):
+    from ragrl.retrieval.open import close_all
+
+    class Breaks:
+        def close(self):
+            raise OSError("engine would not stop")
+
+    with serve(create_app(toy_bm25)) as url:
+        remote = open_retriever(url)
+        with pytest.raises(OSError, match="engine would not stop"):
+            close_all(Breaks(), remote, object())  # the retriever is closed though the first failed
+        with pytest.raises(RagrlError, match=f"POST {url}/retrieve: the retriever was closed"):
+            remote.search(["x"], 1)

@@ -15,7 +15,15 @@ from ragrl.commands.retrieval import CacheMode
 from ragrl.commands.score import BY_HELP, print_groups
 from ragrl.console import console, progress_bar
 from ragrl.errors import RagrlError
-from ragrl.eval.progress import PARTIAL, PROGRESS, EvalProgress, file_sha256, read_partial, text_sha256
+from ragrl.eval.progress import (
+    PARTIAL,
+    PROGRESS,
+    EvalProgress,
+    count_partial,
+    file_sha256,
+    model_fingerprint,
+    text_sha256,
+)
 
 
 def _load_examples(path: Path, n: int | None):
@@ -117,26 +125,30 @@ def _check_resume(out: Path | None, resume: bool, force: bool) -> None:
     if resume and not interrupted:
         raise RagrlError(f"--resume: {out} holds no interrupted evaluation ({PROGRESS} is missing)")
     if interrupted and not resume and not force:
-        kept = len(read_partial(out / PARTIAL))  # type: ignore[operator]
+        kept = count_partial(out / PARTIAL)  # type: ignore[operator]
         raise RagrlError(
             f"{out}: holds an interrupted evaluation ({kept} questions rolled out); --resume continues it, "
             "--force starts over"
         )
 
 
-def _provenance(model: Path, index: str | None, data: Path, retriever: Any) -> dict[str, Any]:
+def _fingerprint(retriever: Any) -> str | None:
+    """The retriever's fingerprint, asked for once while it is open; None for a server that reports none
+    (Search-R1's has no /health) or no retriever."""
+    try:
+        return None if retriever is None else retriever.fingerprint
+    except RagrlError:
+        return None
+
+
+def _provenance(model: Path, index: str | None, data: Path, fingerprint: str | None) -> dict[str, Any]:
     from ragrl import __version__
     from ragrl.retrieval.base import MANIFEST_NAME, read_manifest
     from ragrl.retrieval.open import is_url
 
     folder = index is not None and not is_url(index) and (Path(index) / MANIFEST_NAME).is_file()
     manifest = read_manifest(index) if folder else {}
-    fingerprint = manifest.get("fingerprint")
-    if fingerprint is None and index is not None:  # a server's, from its /health (None if it has none)
-        try:
-            fingerprint = retriever.fingerprint
-        except RagrlError:
-            pass
+    fingerprint = manifest.get("fingerprint") or (fingerprint if index is not None else None)
     return {
         "ragrl_version": __version__,
         "model": str(model),
@@ -227,7 +239,11 @@ def eval_command(
         int | None, typer.Option(help="How many worked examples --few-shot puts in front (default 2).")
     ] = None,
     force: Annotated[
-        bool, typer.Option(help="Replace an earlier evaluation's files in --out (once this one is done).")
+        bool,
+        typer.Option(
+            help="Replace an earlier evaluation's files in --out (once this one is done), or start a stopped "
+            "one over (its kept episodes are dropped at once)."
+        ),
     ] = False,
     by: Annotated[str | None, typer.Option("--by", metavar="KEY", help=BY_HELP)] = None,
     resume: Annotated[
@@ -239,6 +255,7 @@ def eval_command(
     ] = False,
 ) -> None:
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
+    from ragrl import __version__
     from ragrl.eval.runner import evaluate
     from ragrl.llm.environment import record_environment
     from ragrl.methods import load_method
@@ -305,6 +322,22 @@ def eval_command(
         raise RagrlError(
             f"--world {world}: only the heuristic demonstrator reads a world (--demonstrator heuristic)"
         )
+    fingerprint = _fingerprint(retriever)
+    out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    settings = {
+        "ragrl_version": __version__, "model": str(model), "model_fingerprint": model_fingerprint(model),
+        "data": str(data), "data_sha256": file_sha256(data), "questions": len(examples), "index": index,
+        "index_fingerprint": fingerprint, "closed_book": closed_book,
+        "method_sha256": text_sha256(method_obj.resolved_yaml()), "demonstrator": demonstrator,
+        "world": str(world) if world else None, "few_shot": str(few_shot) if few_shot else None,
+        "few_shot_sha256": file_sha256(few_shot) if few_shot else None, "shots": shots,
+        "temperature": temperature, "seed": seed, "backend": backend,
+    }  # fmt: skip
+    done: list[Any] = []
+    saved: EvalProgress | None = None
+    if resume:  # before anything loads: another evaluation is refused at once
+        saved, done = EvalProgress.resume(out, settings)
+        console.print(f"resuming: {len(done)} of {len(examples)} questions were rolled out before")
     who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
     console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
     if demonstrator is not None:
@@ -342,20 +375,9 @@ def eval_command(
             if few_shot is None:
                 raise
             raise RagrlError(f"{e} (the worked examples in front count too: try fewer --shots)") from None
-        out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        settings = {
-            "model": str(model), "data": str(data), "data_sha256": file_sha256(data),
-            "questions": len(examples), "index": index, "closed_book": closed_book,
-            "method_sha256": text_sha256(method_obj.resolved_yaml()), "demonstrator": demonstrator,
-            "few_shot": str(few_shot) if few_shot else None, "shots": shots,
-            "temperature": temperature, "seed": seed, "backend": backend,
-        }  # fmt: skip
-        done: list[Any] = []
-        if resume:
-            saved, done = EvalProgress.resume(out, settings)
-            console.print(f"resuming: {len(done)} of {len(examples)} questions were rolled out before")
-        else:
+        if saved is None:
             saved = EvalProgress.start(out, settings)
+            console.print(f"episodes kept in {out} as they are rolled out", highlight=False)
         t0 = time.perf_counter()
         with progress_bar() as bar:
             task = bar.add_task(
@@ -376,17 +398,19 @@ def eval_command(
                 seed=seed,
                 variant=variant,
                 bootstrap=bootstrap,
-                chunk=len(examples) if backend == "vllm" else max(64, batch_size),  # vLLM batches them all
+                chunk=max(1024 if backend == "vllm" else 64, batch_size),  # vLLM: large batches, kept
                 on_progress=on_progress,
                 by=by,
                 done=done,
                 on_chunk=saved.append,
             )
-    except KeyboardInterrupt:
-        kept = len(read_partial(out / PARTIAL)) if out is not None else 0
-        console.print(
-            f"interrupted: {kept} questions kept in {out}; the same command with --resume continues"
-        )
+    except BaseException:  # Ctrl-C, a server gone, out of memory: what was rolled out is kept
+        if saved is not None:
+            console.print(
+                f"stopped: {saved.kept} questions kept in {out}; the same command with --out {out} --resume "
+                "continues",
+                highlight=False,
+            )
         raise
     finally:
         close_all(policy, retriever)
@@ -396,8 +420,11 @@ def eval_command(
             f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to {model}'s "
             "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
         )
-    provenance = _provenance(model, index, data, retriever)
+    provenance = _provenance(model, index, data, fingerprint)
+    provenance["data_sha256"] = settings["data_sha256"]
     report.scores.update({"provenance": {**provenance, "closed_book": closed_book}})
+    if resume:
+        report.scores["resumed_from"] = len(done)  # rollout_seconds counts the resumed part only
     if isinstance(retriever, CachedRetriever):
         report.scores["retrieval_cache"] = {
             "file": str(retrieval_cache),

@@ -215,7 +215,7 @@ def _scored_from(per_example: Path) -> dict:
     if not isinstance(scores, dict):
         return {}
     provenance = scores.get("provenance") if isinstance(scores.get("provenance"), dict) else {}
-    return {"data": provenance.get("data"), "variant": scores.get("variant")}
+    return {"data": provenance.get("data_sha256") or provenance.get("data"), "variant": scores.get("variant")}
 
 
 def compare(
@@ -299,5 +299,6 @@ def compare(
     scored = [_scored_from(a_path), _scored_from(b_path)]
     for field in ("data", "variant"):
         if scored[0].get(field) and scored[1].get(field) and scored[0][field] != scored[1][field]:
-            warn(f"A and B were scored with another {field}: {scored[0][field]} and {scored[1][field]}")
+            what = "question file" if field == "data" else field
+            warn(f"A and B were scored with another {what}: {scored[0][field]} and {scored[1][field]}")
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))

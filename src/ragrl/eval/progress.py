@@ -11,7 +11,8 @@
 ``ragrl eval ... --resume`` reads them back and rolls out only the questions after them; every later
 episode gets the seed it would have had (``evaluate``'s global group numbering), so a resumed evaluation
 scores what an uninterrupted one does. Both files go once the evaluation's own files are written. A last
-line cut by a kill mid-write is dropped (its chunk is rolled out again); any other bad line is an error.
+line cut by a kill mid-write is dropped, on reading and from the file, and the rollout restarts at its
+episode; any other bad line is an error.
 """
 
 from __future__ import annotations
@@ -45,12 +46,36 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def model_fingerprint(model: str | Path) -> str:
+    """A cheap fingerprint of a model folder: its config and tokenizer files whole, and each weight file's
+    name, size and first and last MiB (a retrained checkpoint saved over the folder changes its last
+    tensors). Reading a few MiB, not gigabytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(model).rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(model)).encode())
+        size = path.stat().st_size
+        digest.update(str(size).encode())
+        with open(path, "rb") as f:
+            if path.suffix not in WEIGHT_SUFFIXES:
+                digest.update(f.read())
+                continue
+            digest.update(f.read(1 << 20))
+            f.seek(max(size - (1 << 20), 0))
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 class EvalProgress:
     """The episodes an evaluation has finished, kept in ``folder`` (see the module's docstring)."""
 
-    def __init__(self, folder: str | Path, settings: dict[str, Any]) -> None:
+    def __init__(self, folder: str | Path, settings: dict[str, Any], kept: int = 0) -> None:
         self.folder = Path(folder)
         self.settings = settings
+        self.kept = kept
+        """How many episodes are on disk."""
 
     @classmethod
     def start(cls, folder: str | Path, settings: dict[str, Any]) -> EvalProgress:
@@ -83,7 +108,11 @@ class EvalProgress:
             raise RagrlError(
                 f"{folder}: --resume continues the same evaluation, and this one differs ({what})"
             )
-        return cls(folder, settings), read_partial(folder / PARTIAL)
+        episodes = read_partial(folder / PARTIAL)
+        # the file holds exactly these from now on: a line cut by a kill must not prefix the next append
+        lines = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in episodes)
+        atomic_write(folder / PARTIAL, lambda f: f.write(lines), "w")
+        return cls(folder, settings, kept=len(episodes)), episodes
 
     def append(self, episodes: Sequence[Trajectory]) -> None:
         """A chunk's episodes, appended and on disk before this returns."""
@@ -92,11 +121,20 @@ class EvalProgress:
                 f.write(json.dumps(episode.to_dict(), ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        self.kept += len(episodes)
 
     def finish(self) -> None:
         """The evaluation's own files are written: its progress files go."""
         for name in (PARTIAL, PROGRESS):
             (self.folder / name).unlink(missing_ok=True)
+
+
+def count_partial(path: Path) -> int:
+    """How many whole episodes a partial file holds (its complete lines), without parsing them."""
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.endswith(b"\n") and line.strip())
 
 
 def read_partial(path: Path) -> list[Trajectory]:

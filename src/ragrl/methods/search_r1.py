@@ -118,7 +118,12 @@ def em_format_reward(
       ``retrieval_score`` when a gold answer appears in a retrieved passage;
     * a wrong answer in a broken format scores ``final_format_score``, a missing one 0.
 
-    The format is ``valid_sequence`` of the episode's text; the answer is the episode's final answer."""
+    It reads the episode's text, turns and observations, as the authors' function reads the decoded
+    response: the format is ``valid_sequence``, the answer the last ``<answer>`` block anywhere in it (a
+    corrective observation's example block included, as theirs). Two differences, both where the authors
+    read the prompt: their retrieval check also scans the prompt's ``<information>`` mentions, and their
+    format check needs Qwen's ``<|im_start|>assistant`` marker; this one reads the episode alone, under
+    any chat template."""
     text = trajectory.completion_text
     valid = valid_sequence(text)
     found = False
@@ -126,7 +131,8 @@ def em_format_reward(
         golds = [normalize(g) for g in example.answers]
         blocks = [normalize(b) for b in re.findall(r"<information>(.*?)</information>", text, re.S)]
         found = any(g in b for b in blocks for g in golds)
-    answer = trajectory.final_answer
+    blocks_of_answer = re.findall(r"<answer>(.*?)</answer>", text, re.S)
+    answer = blocks_of_answer[-1].strip() if blocks_of_answer else None
     if answer is not None and exact_match(answer, example.answers, variant="squad"):
         return score if valid else score - structure_format_score
     if valid:

@@ -88,6 +88,8 @@ class HttpRetriever:
         import httpx
 
         url = f"{self.url}{path}"
+        if self._client.is_closed:
+            raise RagrlError(f"{method} {url}: the retriever was closed")
         last = ""
         for attempt in range(self.retries + 1):
             if attempt:

@@ -96,7 +96,13 @@ def open_retriever(
 def close_all(*things: Any) -> None:
     """Close each of ``things`` that can be closed (a retriever's HTTP client, its cache's database, a
     generation backend's engine)."""
+    failed: BaseException | None = None
     for thing in things:
         close = getattr(thing, "close", None)
-        if close is not None:
-            close()
+        try:
+            if close is not None:
+                close()
+        except Exception as e:  # the others are still closed; the first failure is raised after them
+            failed = failed or e
+    if failed is not None:
+        raise failed
