@@ -475,3 +475,35 @@ def test_eval_asks_a_search_r1_server_that_reports_no_fingerprint(world_dir, tmp
         remote = _eval(world_dir, tmp_path / "remote", *oracle, index=url)  # no /health: nothing to key on
     assert remote["provenance"]["index"] == url and remote["provenance"]["index_fingerprint"] is None
     assert remote["em"] == local["em"] == 1.0 and remote["full_recall@10"] == local["full_recall@10"]
+
+
+def test_the_index_fingerprint_is_taken_while_the_retriever_is_open(world_dir, tmp_path, monkeypatch):
+    from ragrl.retrieval.base import load_retriever
+
+    class ClosesForGood:  # as an HTTP client: nothing can be asked once it is closed
+        def __init__(self, inner):
+            self.inner, self.closed = inner, False
+
+        @property
+        def fingerprint(self):
+            if self.closed:
+                raise RuntimeError("Cannot send a request, as the client has been closed")
+            return "served-" + self.inner.fingerprint
+
+        def search(self, queries, k):
+            return self.inner.search(queries, k)
+
+        def close(self):
+            self.closed = True
+
+    opened = []
+
+    def open_stub(where, **options):
+        opened.append(ClosesForGood(load_retriever(world_dir / "bm25")))
+        return opened[-1]
+
+    monkeypatch.setattr("ragrl.retrieval.open.open_retriever", open_stub)
+    scores = _eval(
+        world_dir, tmp_path / "e", "--demonstrator", "oracle", "--n", "3", index="http://served:8000"
+    )
+    assert opened[0].closed and scores["provenance"]["index_fingerprint"].startswith("served-")

@@ -139,3 +139,7 @@ def test_a_model_fingerprint_sees_a_retrained_checkpoint_without_reading_it_whol
     assert model_fingerprint(tmp_path) == changed
     (tmp_path / "config.json").write_text('{"hidden_size": 16}')
     assert model_fingerprint(tmp_path) != changed
+    settled = model_fingerprint(tmp_path)
+    (tmp_path / ".cache").mkdir()  # hidden folders: a git clone's second copy, download timestamps
+    (tmp_path / ".cache" / "model.safetensors.metadata").write_text("downloaded at 12:00")
+    assert model_fingerprint(tmp_path) == settled

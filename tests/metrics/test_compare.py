@@ -129,4 +129,29 @@ def test_compare_names_what_it_left_out_and_warns_when_the_runs_scored_other_dat
     )
     assert out["metrics"]["em"]["unscored"] == {"count": 0, "first_ids": []}
     assert "1 question of both runs left out of f1: one run has no f1 for them (first: q2)" in result.stderr
-    assert "A and B were scored with another question file: test.jsonl and dev.jsonl" in result.stderr
+    assert "A and B scored other question files: test.jsonl and dev.jsonl" in result.stderr  # by path
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "warned"),
+    [
+        (
+            {"data": "runs/test.jsonl", "data_sha256": "ab"},
+            {"data": "/abs/test.jsonl", "data_sha256": "ab"},
+            False,
+        ),
+        ({"data": "test.jsonl", "data_sha256": "ab"}, {"data": "test.jsonl", "data_sha256": "cd"}, True),
+        ({"data": "test.jsonl", "data_sha256": "ab"}, {"data": "test.jsonl"}, False),  # an older scores.json
+        ({"data": "test.jsonl", "data_sha256": "ab"}, {"data": "dev.jsonl"}, True),
+    ],
+)
+def test_compare_tells_question_files_apart_by_content_where_both_runs_recorded_it(tmp_path, a, b, warned):
+    for name, provenance in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        write(tmp_path / name / "per_example.jsonl", [{"id": "q1", "em": 1.0}, {"id": "q2", "em": 0.0}])
+        (tmp_path / name / "scores.json").write_text(
+            json.dumps({"variant": "squad", "provenance": provenance})
+        )
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "-m", "em"])
+    assert result.exit_code == 0, result.output
+    assert ("scored other question files" in result.stderr) is warned

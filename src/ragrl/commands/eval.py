@@ -13,7 +13,7 @@ import typer
 from ragrl.commands.ask import METHOD_HELP, load_policy, method_for
 from ragrl.commands.retrieval import CacheMode
 from ragrl.commands.score import BY_HELP, print_groups
-from ragrl.console import console, progress_bar
+from ragrl.console import console, progress_bar, styled
 from ragrl.errors import RagrlError
 from ragrl.eval.progress import (
     PARTIAL,
@@ -159,6 +159,46 @@ def _provenance(model: Path, index: str | None, data: Path, fingerprint: str | N
     }
 
 
+def _demonstrator_policy(
+    name: str, model: Path, method: Any, data: Path, world: Path | None, examples: list[Any], retriever: Any
+) -> Any:
+    """A scripted policy: the method's own (R²AG's), else a synthetic world's demonstrator."""
+    from ragrl.llm.hf_backend import load_tokenizer
+    from ragrl.rollout.scripted import DemonstratorBackend
+
+    tokenizer = load_tokenizer(model)
+    if method.scripted is not None:
+        if name not in method.scripted:
+            raise RagrlError(
+                f"--demonstrator {name}: the {method.name} method plays {', '.join(sorted(method.scripted))}"
+            )
+        return method.scripted[name](tokenizer)
+    return DemonstratorBackend.for_examples(
+        tokenizer, _demonstrator(name, data, world), examples, method.protocol, retriever, method.rollout.k
+    )
+
+
+def _write_evaluation(out: Path, report: Any, shot_trajectories: list[Any], config_yaml: str) -> None:
+    """The evaluation's files in ``out``, replacing an earlier evaluation's (--force)."""
+    from ragrl.data.io import write_jsonl
+    from ragrl.llm.environment import record_environment
+    from ragrl.rollout.records import write_trajectories
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _earlier_evaluation(out):  # --force: none of the earlier files outlives this evaluation
+        (out / name).unlink()
+    write_jsonl(
+        out / "predictions.jsonl", ({"id": r["id"], "prediction": r["prediction"] or ""} for r in report.rows)
+    )
+    write_jsonl(out / "per_example.jsonl", report.rows)
+    write_trajectories(out / "trajectories.jsonl", report.trajectories)
+    if shot_trajectories:
+        write_trajectories(out / "shots.jsonl", shot_trajectories)
+    (out / "config.yaml").write_text(config_yaml, encoding="utf-8")  # as a run folder's
+    record_environment(out / "environment.json", env=report.environment or None)  # what the scores came from
+    (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
+
+
 def eval_command(
     model: Annotated[
         Path,
@@ -257,14 +297,12 @@ def eval_command(
     """Run a policy over a question file with a retriever (greedy by default) and score it."""
     from ragrl import __version__
     from ragrl.eval.runner import evaluate
-    from ragrl.llm.environment import record_environment
     from ragrl.methods import load_method
     from ragrl.metrics.normalize import get_variant
     from ragrl.metrics.score import check_group_key
     from ragrl.retrieval.cache import CachedRetriever
     from ragrl.retrieval.open import close_all, open_retriever
     from ragrl.rollout.limits import check_prompts
-    from ragrl.rollout.records import write_trajectories
 
     get_variant(variant)
     _check_resume(out, resume, force)
@@ -300,15 +338,6 @@ def eval_command(
             f"method {method_obj.name!r} searches a corpus: pass --index (a folder built by "
             "`ragrl index`, or a retrieval server's URL)"
         )
-    retriever = (
-        open_retriever(index, cache=retrieval_cache, cache_mode=cache_mode.value)
-        if index is not None
-        else None
-    )
-    if closed_book:
-        from ragrl.retrieval.null import NullRetriever
-
-        retriever = NullRetriever()
     if not model.is_dir():
         raise RagrlError(f"{model}: not a model directory")
     if few_shot is None and shots is not None:
@@ -322,45 +351,37 @@ def eval_command(
         raise RagrlError(
             f"--world {world}: only the heuristic demonstrator reads a world (--demonstrator heuristic)"
         )
-    fingerprint = _fingerprint(retriever)
     out = out or Path("runs") / f"eval-{method_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    settings = {
-        "ragrl_version": __version__, "model": str(model), "model_fingerprint": model_fingerprint(model),
-        "data": str(data), "data_sha256": file_sha256(data), "questions": len(examples), "index": index,
-        "index_fingerprint": fingerprint, "closed_book": closed_book,
-        "method_sha256": text_sha256(method_obj.resolved_yaml()), "demonstrator": demonstrator,
-        "world": str(world) if world else None, "few_shot": str(few_shot) if few_shot else None,
-        "few_shot_sha256": file_sha256(few_shot) if few_shot else None, "shots": shots,
-        "temperature": temperature, "seed": seed, "backend": backend,
-    }  # fmt: skip
-    done: list[Any] = []
-    saved: EvalProgress | None = None
-    if resume:  # before anything loads: another evaluation is refused at once
-        saved, done = EvalProgress.resume(out, settings)
-        console.print(f"resuming: {len(done)} of {len(examples)} questions were rolled out before")
-    who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
-    console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
-    if demonstrator is not None:
-        from ragrl.llm.hf_backend import load_tokenizer
-        from ragrl.rollout.scripted import DemonstratorBackend
+    if closed_book:
+        from ragrl.retrieval.null import NullRetriever
 
-        tokenizer = load_tokenizer(model)
-        if method_obj.scripted is not None:
-            if demonstrator not in method_obj.scripted:
-                raise RagrlError(
-                    f"--demonstrator {demonstrator}: the {method_obj.name} method plays "
-                    f"{', '.join(sorted(method_obj.scripted))}"
-                )
-            policy: Any = method_obj.scripted[demonstrator](tokenizer)
-        else:
-            policy = DemonstratorBackend.for_examples(
-                tokenizer, _demonstrator(demonstrator, data, world), examples, method_obj.protocol,
-                retriever, method_obj.rollout.k,
-            )  # fmt: skip
+        retriever: Any = NullRetriever()
     else:
-        policy = load_policy(model, backend, device, batch_size)
-
-    try:  # a vLLM engine's processes: the command cannot exit while they run
+        cached = {"cache": retrieval_cache, "cache_mode": cache_mode.value}
+        retriever = None if index is None else open_retriever(index, **cached)
+    policy: Any = None
+    saved: EvalProgress | None = None
+    try:  # from here on the retriever (and later the policy: a vLLM engine's processes) is closed at the end
+        fingerprint = _fingerprint(retriever)
+        settings = {
+            "ragrl_version": __version__, "model": str(model), "model_fingerprint": model_fingerprint(model),
+            "data": str(data), "data_sha256": file_sha256(data), "questions": len(examples), "index": index,
+            "index_fingerprint": fingerprint, "closed_book": closed_book,
+            "method_sha256": text_sha256(method_obj.resolved_yaml()), "demonstrator": demonstrator,
+            "world": str(world) if world else None, "few_shot": str(few_shot) if few_shot else None,
+            "few_shot_sha256": file_sha256(few_shot) if few_shot else None, "shots": shots,
+            "temperature": temperature, "seed": seed, "backend": backend,
+        }  # fmt: skip
+        done: list[Any] = []
+        if resume:  # before the model loads: another evaluation is refused at once
+            saved, done = EvalProgress.resume(out, settings)
+            console.print(f"resuming: {len(done)} of {len(examples)} questions were rolled out before")
+        who = f"the {demonstrator} demonstrator" if demonstrator else str(model)
+        console.print(f"evaluating {who} ({method_obj.name}) on {len(examples)} questions from {data}")
+        if demonstrator is not None:
+            policy = _demonstrator_policy(demonstrator, model, method_obj, data, world, examples, retriever)
+        else:
+            policy = load_policy(model, backend, device, batch_size)
         shot_trajectories: list[Any] = []
         if few_shot is not None:
             shots = 2 if shots is None else shots
@@ -404,7 +425,38 @@ def eval_command(
                 done=done,
                 on_chunk=saved.append,
             )
-    except BaseException:  # Ctrl-C, a server gone, out of memory: what was rolled out is kept
+        report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
+        if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
+            console.print(
+                f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to "
+                f"{model}'s tokenizer (was it built from other data? `ragrl model tiny --data` the data you "
+                "evaluate on)"
+            )
+        provenance = _provenance(model, index, data, fingerprint)
+        provenance["data_sha256"] = settings["data_sha256"]
+        report.scores.update({"provenance": {**provenance, "closed_book": closed_book}})
+        if resume:
+            report.scores["resumed_from"] = len(done)  # rollout_seconds counts the resumed part only
+        if isinstance(retriever, CachedRetriever):
+            report.scores["retrieval_cache"] = {
+                "file": str(retrieval_cache),
+                "mode": retriever.mode,
+                "queries_from_cache": retriever.queries_from_cache,
+                "queries_searched": retriever.queries_searched,
+            }
+            console.print(
+                f"retrieval cache {retrieval_cache}: {retriever.queries_from_cache:,} queries from it, "
+                f"{retriever.queries_searched:,} searched ({retriever.mode})",
+                highlight=False,
+            )
+        if few_shot is not None:
+            report.scores["provenance"]["few_shot"] = {
+                "file": str(few_shot),
+                "ids": [t.example_id for t in shot_trajectories],
+            }
+        _write_evaluation(out, report, shot_trajectories, method_obj.resolved_yaml())
+        saved.finish()
+    except BaseException:  # Ctrl-C, a server gone, out of memory, a full disk: what was rolled out is kept
         if saved is not None:
             console.print(
                 f"stopped: {saved.kept} questions kept in {out}; the same command with --out {out} --resume "
@@ -413,52 +465,10 @@ def eval_command(
             )
         raise
     finally:
-        close_all(policy, retriever)
-    report.scores["policy"] = f"demonstrator:{demonstrator}" if demonstrator else str(model)
-    if report.scores.get("prompt_unk_rate", 0.0) > 0.01:
-        console.print(
-            f"warning: {report.scores['prompt_unk_rate']:.1%} of the prompt tokens are unknown to {model}'s "
-            "tokenizer (was it built from other data? `ragrl model tiny --data` the data you evaluate on)"
-        )
-    provenance = _provenance(model, index, data, fingerprint)
-    provenance["data_sha256"] = settings["data_sha256"]
-    report.scores.update({"provenance": {**provenance, "closed_book": closed_book}})
-    if resume:
-        report.scores["resumed_from"] = len(done)  # rollout_seconds counts the resumed part only
-    if isinstance(retriever, CachedRetriever):
-        report.scores["retrieval_cache"] = {
-            "file": str(retrieval_cache),
-            "mode": retriever.mode,
-            "queries_from_cache": retriever.queries_from_cache,
-            "queries_searched": retriever.queries_searched,
-        }
-        console.print(
-            f"retrieval cache {retrieval_cache}: {retriever.queries_from_cache:,} queries from it, "
-            f"{retriever.queries_searched:,} searched ({retriever.mode})",
-            highlight=False,
-        )
-    if few_shot is not None:
-        report.scores["provenance"]["few_shot"] = {
-            "file": str(few_shot),
-            "ids": [t.example_id for t in shot_trajectories],
-        }
-
-    out.mkdir(parents=True, exist_ok=True)
-    for name in _earlier_evaluation(out):  # --force: none of the earlier files outlives this evaluation
-        (out / name).unlink()
-    from ragrl.data.io import write_jsonl
-
-    write_jsonl(
-        out / "predictions.jsonl", ({"id": r["id"], "prediction": r["prediction"] or ""} for r in report.rows)
-    )
-    write_jsonl(out / "per_example.jsonl", report.rows)
-    write_trajectories(out / "trajectories.jsonl", report.trajectories)
-    if shot_trajectories:
-        write_trajectories(out / "shots.jsonl", shot_trajectories)
-    (out / "config.yaml").write_text(method_obj.resolved_yaml(), encoding="utf-8")  # as a run folder's
-    record_environment(out / "environment.json", env=report.environment or None)  # what the scores came from
-    (out / "scores.json").write_text(json.dumps(report.scores, indent=2) + "\n", encoding="utf-8")
-    saved.finish()
+        try:
+            close_all(policy, retriever)
+        except Exception as e:  # the evaluation is written (or its error is on its way): a word, not a loss
+            console.print(styled("warning:", "yellow", f"closing the policy or the retriever failed: {e}"))
     console.print(f"wrote predictions, trajectories and scores to {out}", highlight=False)
     print_groups(report.scores)
     typer.echo(json.dumps(report.scores, indent=2))

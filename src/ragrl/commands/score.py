@@ -215,7 +215,11 @@ def _scored_from(per_example: Path) -> dict:
     if not isinstance(scores, dict):
         return {}
     provenance = scores.get("provenance") if isinstance(scores.get("provenance"), dict) else {}
-    return {"data": provenance.get("data_sha256") or provenance.get("data"), "variant": scores.get("variant")}
+    return {
+        "data": provenance.get("data"),
+        "data_sha256": provenance.get("data_sha256"),
+        "variant": scores.get("variant"),
+    }
 
 
 def compare(
@@ -296,9 +300,14 @@ def compare(
             first = ", ".join(s["unscored"]["first_ids"])
             n = questions(s["unscored"]["count"])
             warn(f"{n} of both runs left out of {name}: one run has no {name} for them (first: {first})")
-    scored = [_scored_from(a_path), _scored_from(b_path)]
-    for field in ("data", "variant"):
-        if scored[0].get(field) and scored[1].get(field) and scored[0][field] != scored[1][field]:
-            what = "question file" if field == "data" else field
-            warn(f"A and B were scored with another {what}: {scored[0][field]} and {scored[1][field]}")
+    first, second = _scored_from(a_path), _scored_from(b_path)
+    same_file = (  # by content where both runs recorded it, else by path
+        first["data_sha256"] == second["data_sha256"]
+        if first.get("data_sha256") and second.get("data_sha256")
+        else first.get("data") == second.get("data") or not (first.get("data") and second.get("data"))
+    )
+    if not same_file:
+        warn(f"A and B scored other question files: {first.get('data')} and {second.get('data')}")
+    if first.get("variant") and second.get("variant") and first["variant"] != second["variant"]:
+        warn(f"A and B scored with other normalizations: {first['variant']} and {second['variant']}")
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))

@@ -46,25 +46,32 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+MIB = 1 << 20
 
 
 def model_fingerprint(model: str | Path) -> str:
-    """A cheap fingerprint of a model folder: its config and tokenizer files whole, and each weight file's
-    name, size and first and last MiB (a retrained checkpoint saved over the folder changes its last
-    tensors). Reading a few MiB, not gigabytes."""
+    """A cheap fingerprint of a model folder: every file's name and size, a small file (config, tokenizer,
+    up to 2 MiB) whole, a larger one (weights) by its first and last MiB, so a retrained checkpoint saved
+    over the folder (its last tensors changed) is seen without reading gigabytes. Hidden folders (``.git``,
+    ``.cache``: a second copy of the weights, download times) are left out."""
+    model = Path(model)
     digest = hashlib.sha256()
-    for path in sorted(p for p in Path(model).rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(model)).encode())
-        size = path.stat().st_size
-        digest.update(str(size).encode())
-        with open(path, "rb") as f:
-            if path.suffix not in WEIGHT_SUFFIXES:
-                digest.update(f.read())
-                continue
-            digest.update(f.read(1 << 20))
-            f.seek(max(size - (1 << 20), 0))
-            digest.update(f.read())
+    files = [
+        p
+        for p in model.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.parts[len(model.parts) :])
+    ]
+    for path in sorted(files):
+        try:
+            size = path.stat().st_size
+            digest.update(f"{path.relative_to(model)}\0{size}\0".encode())
+            with open(path, "rb") as f:
+                digest.update(f.read(2 * MIB if size <= 2 * MIB else MIB))
+                if size > 2 * MIB:
+                    f.seek(size - MIB)
+                    digest.update(f.read(MIB))
+        except OSError as e:
+            raise RagrlError(f"{path}: cannot be read to fingerprint the model ({e.strerror or e})") from None
     return digest.hexdigest()
 
 
@@ -109,9 +116,7 @@ class EvalProgress:
                 f"{folder}: --resume continues the same evaluation, and this one differs ({what})"
             )
         episodes = read_partial(folder / PARTIAL)
-        # the file holds exactly these from now on: a line cut by a kill must not prefix the next append
-        lines = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in episodes)
-        atomic_write(folder / PARTIAL, lambda f: f.write(lines), "w")
+        drop_cut_line(folder / PARTIAL)  # a line cut by a kill must not prefix the next append
         return cls(folder, settings, kept=len(episodes)), episodes
 
     def append(self, episodes: Sequence[Trajectory]) -> None:
@@ -127,6 +132,25 @@ class EvalProgress:
         """The evaluation's own files are written: its progress files go."""
         for name in (PARTIAL, PROGRESS):
             (self.folder / name).unlink(missing_ok=True)
+
+
+def drop_cut_line(path: Path) -> None:
+    """Truncate the file after its last newline (on disk before this returns); nothing to do when it
+    ends with one."""
+    if not path.is_file():
+        return
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def count_partial(path: Path) -> int:
