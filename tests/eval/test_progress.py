@@ -14,6 +14,7 @@ from ragrl.eval.progress import (
     PROGRESS,
     EvalProgress,
     count_partial,
+    drop_cut_line,
     model_fingerprint,
     read_partial,
 )
@@ -117,6 +118,28 @@ def test_an_interrupted_evaluation_resumes_to_what_an_uninterrupted_one_gives(
     assert scores[0] == scores[1]  # every figure, the provenance too
     rows = [(d / "per_example.jsonl").read_text() for d in (tmp_path / "straight", out)]
     assert rows[0] == rows[1]
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("ragrl.commands.eval._write_evaluation", full_disk)
+    unwritten = runner.invoke(app, [*args, "--out", str(tmp_path / "full")])
+    assert f"stopped: 70 questions kept in {tmp_path / 'full'}" in unwritten.stderr
+    monkeypatch.undo()
+    finished = runner.invoke(
+        app, [*args, "--out", str(tmp_path / "full"), "--resume"]
+    )  # nothing left to roll
+    assert finished.exit_code == 0, finished.output
+    assert json.loads((tmp_path / "full" / "scores.json").read_text())["resumed_from"] == 70
+
+    def breaks(*things):
+        raise OSError("the engine would not stop")
+
+    monkeypatch.setattr("ragrl.retrieval.open.close_all", breaks)
+    closing = runner.invoke(app, [*args, "--out", str(tmp_path / "closing")])
+    assert closing.exit_code == 0 and (tmp_path / "closing" / "scores.json").is_file()
+    assert "warning: closing the policy or the retriever failed: the engine would not stop" in closing.stderr
+    monkeypatch.undo()
     restarted = runner.invoke(app, [*args, "--out", str(crashed), "--force"])  # --force starts over
     assert restarted.exit_code == 0 and "resuming" not in restarted.stderr
     assert json.loads((crashed / "scores.json").read_text()).get("resumed_from") is None
@@ -143,3 +166,23 @@ def test_a_model_fingerprint_sees_a_retrained_checkpoint_without_reading_it_whol
     (tmp_path / ".cache").mkdir()  # hidden folders: a git clone's second copy, download timestamps
     (tmp_path / ".cache" / "model.safetensors.metadata").write_text("downloaded at 12:00")
     assert model_fingerprint(tmp_path) == settled
+
+
+def test_a_cut_in_the_middle_of_a_character_is_dropped_and_a_file_without_a_newline_is_emptied(tmp_path):
+    settings = {"seed": 0}
+    saved = EvalProgress.start(tmp_path, settings)
+    saved.append([episode(0)])
+    named = episode(1)
+    named.segments[0].text = "Élodie Dupré"  # written as UTF-8, two bytes a letter
+    whole = json.dumps(named.to_dict(), ensure_ascii=False).encode("utf-8")
+    cut = whole[: whole.index("É".encode()) + 1]  # a kill between the two bytes of É
+    with open(tmp_path / PARTIAL, "ab") as f:
+        f.write(cut)
+    _, done = EvalProgress.resume(tmp_path, settings)
+    assert [t.example_id for t in done] == ["q0"]
+    assert (tmp_path / PARTIAL).read_bytes().endswith(b"\n")  # the cut bytes left the file
+    (tmp_path / PARTIAL).write_bytes(b'{"cut before any newline')
+    drop_cut_line(tmp_path / PARTIAL)
+    assert (tmp_path / PARTIAL).read_bytes() == b""
+    drop_cut_line(tmp_path / PARTIAL)  # an empty file stays as it is
+    assert read_partial(tmp_path / PARTIAL) == []

@@ -361,6 +361,7 @@ def eval_command(
         retriever = None if index is None else open_retriever(index, **cached)
     policy: Any = None
     saved: EvalProgress | None = None
+    rolling = written = False  # what a stop says: how to go on from the rollout, or that the files are there
     try:  # from here on the retriever (and later the policy: a vLLM engine's processes) is closed at the end
         fingerprint = _fingerprint(retriever)
         settings = {
@@ -400,6 +401,7 @@ def eval_command(
             saved = EvalProgress.start(out, settings)
             console.print(f"episodes kept in {out} as they are rolled out", highlight=False)
         t0 = time.perf_counter()
+        rolling = True
         with progress_bar() as bar:
             task = bar.add_task(
                 f"rolling out {len(examples)} questions", total=len(examples), completed=len(done)
@@ -455,9 +457,12 @@ def eval_command(
                 "ids": [t.example_id for t in shot_trajectories],
             }
         _write_evaluation(out, report, shot_trajectories, method_obj.resolved_yaml())
+        written = True
         saved.finish()
     except BaseException:  # Ctrl-C, a server gone, out of memory, a full disk: what was rolled out is kept
-        if saved is not None:
+        if written:
+            console.print(f"the evaluation is written in {out}; its progress files could not be removed")
+        elif rolling and saved is not None:
             console.print(
                 f"stopped: {saved.kept} questions kept in {out}; the same command with --out {out} --resume "
                 "continues",

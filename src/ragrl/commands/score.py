@@ -307,7 +307,10 @@ def compare(
         else first.get("data") == second.get("data") or not (first.get("data") and second.get("data"))
     )
     if not same_file:
-        warn(f"A and B scored other question files: {first.get('data')} and {second.get('data')}")
+        by_content = (
+            " (their sha256 differ)" if first.get("data_sha256") and second.get("data_sha256") else ""
+        )
+        warn(f"A and B scored other question files: {first.get('data')} and {second.get('data')}{by_content}")
     if first.get("variant") and second.get("variant") and first["variant"] != second["variant"]:
         warn(f"A and B scored with other normalizations: {first['variant']} and {second['variant']}")
     typer.echo(json.dumps(result, indent=2, ensure_ascii=False))

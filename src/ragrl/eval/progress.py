@@ -52,8 +52,8 @@ MIB = 1 << 20
 def model_fingerprint(model: str | Path) -> str:
     """A cheap fingerprint of a model folder: every file's name and size, a small file (config, tokenizer,
     up to 2 MiB) whole, a larger one (weights) by its first and last MiB, so a retrained checkpoint saved
-    over the folder (its last tensors changed) is seen without reading gigabytes. Hidden folders (``.git``,
-    ``.cache``: a second copy of the weights, download times) are left out."""
+    over the folder (its last tensors changed) is seen without reading gigabytes. Hidden files and folders
+    (``.git``, ``.cache``: a second copy of the weights, download times) are left out."""
     model = Path(model)
     digest = hashlib.sha256()
     files = [
@@ -64,7 +64,7 @@ def model_fingerprint(model: str | Path) -> str:
     for path in sorted(files):
         try:
             size = path.stat().st_size
-            digest.update(f"{path.relative_to(model)}\0{size}\0".encode())
+            digest.update(os.fsencode(path.relative_to(model)) + f"\0{size}\0".encode())
             with open(path, "rb") as f:
                 digest.update(f.read(2 * MIB if size <= 2 * MIB else MIB))
                 if size > 2 * MIB:
@@ -115,8 +115,8 @@ class EvalProgress:
             raise RagrlError(
                 f"{folder}: --resume continues the same evaluation, and this one differs ({what})"
             )
+        drop_cut_line(folder / PARTIAL)  # first: a line cut by a kill must not prefix the next append
         episodes = read_partial(folder / PARTIAL)
-        drop_cut_line(folder / PARTIAL)  # a line cut by a kill must not prefix the next append
         return cls(folder, settings, kept=len(episodes)), episodes
 
     def append(self, episodes: Sequence[Trajectory]) -> None:
@@ -165,14 +165,16 @@ def read_partial(path: Path) -> list[Trajectory]:
     """The episodes of a partial file; a last line without its newline (cut by a kill) is dropped."""
     if not path.is_file():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] != "":  # the last line was cut before its newline
-        lines = lines[:-1]
+    data = path.read_bytes()
+    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]  # a last line cut before its newline: out
     episodes = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(f"not UTF-8 ({e.reason})", path=path, line=number) from None
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
