@@ -20,10 +20,10 @@ from ragrl.eval.progress import (
     PROGRESS,
     EvalProgress,
     count_partial,
-    file_sha256,
     model_fingerprint,
     text_sha256,
 )
+from ragrl.llm.checksums import file_sha256
 
 
 def _load_examples(path: Path, n: int | None):

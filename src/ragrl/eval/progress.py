@@ -33,15 +33,6 @@ PROGRESS = "progress.json"
 PARTIAL = "trajectories.partial.jsonl"
 
 
-def file_sha256(path: str | Path) -> str:
-    """The sha256 of a file's bytes, read a megabyte at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
