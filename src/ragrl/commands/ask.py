@@ -114,9 +114,8 @@ def ask(
 ) -> None:
     """Ask a policy questions: each episode turn by turn on stderr, one JSON object per question on
     stdout ({question, answer, queries, retrieved_ids, finish_reason})."""
-    import dataclasses
-
     from ragrl.data.schema import Example
+    from ragrl.eval.runner import eval_rollout
     from ragrl.methods import load_method
     from ragrl.retrieval.open import close_all, open_retriever
     from ragrl.rollout.limits import check_prompts
@@ -148,9 +147,8 @@ def ask(
     policy = load_policy(model, backend, device, batch_size=len(examples))
     try:
         check_prompts(examples, method_obj.protocol, policy.tokenizer, method_obj.rollout, "QUESTION")
-        base = method_obj.rollout if method_obj.eval_rollout is None else method_obj.eval_rollout
-        config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
-        trajectories = method_obj.make_rollout(policy, retriever, config).run(examples, n=1, seed=seed)
+        rollout = eval_rollout(method_obj, policy, retriever, temperature=temperature, seed=seed)
+        trajectories = rollout.run(examples, n=1, seed=seed)
     finally:
         close_all(policy, retriever)
     for example, trajectory in zip(examples, trajectories, strict=True):

@@ -148,6 +148,16 @@ def score_trajectories(
     return summary, rows
 
 
+def eval_rollout(
+    method: Method, backend: GenerationBackend, retriever: Retriever, *, temperature: float, seed: int
+) -> Any:
+    """The rollout ``evaluate`` (and ``ragrl ask``) plays: the method's evaluation settings where it has
+    them, one episode a question, greedy unless ``temperature`` > 0."""
+    base = method.rollout if method.eval_rollout is None else method.eval_rollout
+    config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
+    return method.make_rollout(backend, retriever, config)
+
+
 def evaluate(
     backend: GenerationBackend,
     retriever: Retriever,
@@ -177,9 +187,7 @@ def evaluate(
     have had, and ``on_chunk(episodes)`` is called with each chunk's new episodes as it ends."""
     if by is not None:
         by = check_group_key(examples, by)
-    base = method.rollout if method.eval_rollout is None else method.eval_rollout
-    config = dataclasses.replace(base, temperature=temperature, n=1, seed=seed)
-    rollout = method.make_rollout(backend, retriever, config)
+    rollout = eval_rollout(method, backend, retriever, temperature=temperature, seed=seed)
     examples = list(examples)
     machine = environment(getattr(backend, "device", None))  # before: nothing after it can lose the rollout
     t0 = time.perf_counter()
